@@ -1,0 +1,53 @@
+// Package clock gives the lease protocol its notion of time behind an
+// interface, so tests and simulations can run it on a fake clock.
+//
+// Durations are always measured as the difference of two Now() readings of
+// the same Clock. With the real clock those carry Go's monotonic reading, so
+// a step of the wall clock (NTP, an operator, a skewed host) never changes a
+// measured duration.
+package clock
+
+import "time"
+
+// Clock is the source of time for one task.
+type Clock interface {
+	// Now returns the current time. Only differences of two readings are
+	// trusted; the wall-clock part is informational.
+	Now() time.Time
+	// NewTimer returns a timer that fires once after d.
+	NewTimer(d time.Duration) Timer
+}
+
+// Timer is the subset of *time.Timer the protocol needs.
+type Timer interface {
+	C() <-chan time.Time
+	// Stop prevents the timer from firing; it reports whether it was active.
+	Stop() bool
+	// Reset re-arms the timer to fire after d.
+	Reset(d time.Duration)
+}
+
+// Real returns the system clock.
+func Real() Clock { return realClock{} }
+
+type realClock struct{}
+
+func (realClock) Now() time.Time                 { return time.Now() }
+func (realClock) NewTimer(d time.Duration) Timer { return &realTimer{t: time.NewTimer(d)} }
+
+type realTimer struct{ t *time.Timer }
+
+func (r *realTimer) C() <-chan time.Time   { return r.t.C }
+func (r *realTimer) Stop() bool            { return r.t.Stop() }
+func (r *realTimer) Reset(d time.Duration) { r.t.Reset(d) }
+
+// WithOffset returns c with its wall clock shifted by offset. Durations are
+// unchanged. Tests use it for a task whose wall clock is wrong.
+func WithOffset(c Clock, offset time.Duration) Clock { return offsetClock{c, offset} }
+
+type offsetClock struct {
+	Clock
+	offset time.Duration
+}
+
+func (o offsetClock) Now() time.Time { return o.Clock.Now().Add(o.offset) }
