@@ -1,0 +1,202 @@
+package nodeid
+
+import (
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/nodeid/nodeid/clock"
+)
+
+// Defaults of the timing rules; see docs/design.md.
+const (
+	DefaultLeaseDuration = 15 * time.Second
+	DefaultPollInterval  = time.Second
+)
+
+// ExitCodeLeaseLost is the process exit code of the default OnLost handler.
+const ExitCodeLeaseLost = 3
+
+// Config configures a Provider. Zero values take the defaults noted.
+//
+// Timing rules, checked by NewProvider (L lease duration, R renew interval,
+// m safety margin, T request timeout):
+//
+//	0 < T < R,  2R <= L - m,  0 < m < L
+//
+// The holder treats its lease as valid until s + L - m, s being the moment
+// it SENT its last successful renewal; with 2R <= L - m it gets at least two
+// renewal attempts before that deadline, and each attempt's timeout ends
+// before it.
+type Config struct {
+	// TaskID names this task in lease objects (the ECS task ARN, say).
+	// Printable ASCII without spaces, at most 256 characters. Required.
+	TaskID string
+	// ClusterSize is the number of node IDs, 0..ClusterSize-1. Required.
+	ClusterSize int
+	// AllowedIDs restricts which IDs this task may take (e.g. the even IDs
+	// in one zone). Empty allows all.
+	AllowedIDs []int
+
+	// LeaseDuration L: how long a lease stays valid without renewal.
+	// Default 15s.
+	LeaseDuration time.Duration
+	// RenewInterval R: time between renewals. Default L/3.
+	RenewInterval time.Duration
+	// SafetyMargin m: the holder stops acting m before its lease could
+	// expire for anyone else, to cover clock-rate drift and scheduling
+	// delay. Default L/5.
+	SafetyMargin time.Duration
+	// RequestTimeout T bounds each S3 request. Default R/2, at most 5s.
+	RequestTimeout time.Duration
+	// PollInterval: how often a waiting task lists the leases again while
+	// every ID is held (jittered). Default 1s.
+	PollInterval time.Duration
+	// AcquireTimeout: give up acquiring after this long with
+	// ErrAcquireTimeout. Zero waits until the context ends.
+	AcquireTimeout time.Duration
+	// ReadinessTimeout: after an ungraceful takeover, Ready waits until
+	// every live peer's lease lists our new version, or this long (then it
+	// fails open, with a warning). Zero means ready at once.
+	ReadinessTimeout time.Duration
+	// MappingsRefreshInterval: how often the holder reads its peers' leases
+	// to learn their versions. Default L.
+	MappingsRefreshInterval time.Duration
+
+	// OnLost is called once, outside any lock, when the lease is lost. The
+	// default logs one line and exits the process with ExitCodeLeaseLost:
+	// a node that may no longer own its ID must stop at once.
+	OnLost func(err error)
+
+	// Clock, Logger and Rand are for tests and simulations.
+	Clock  clock.Clock // default clock.Real()
+	Logger *slog.Logger
+	Rand   *rand.Rand // jitter, start offsets and nonces; default seeded randomly
+}
+
+// withDefaults returns c with zero values replaced by defaults.
+func (c Config) withDefaults() Config {
+	if c.LeaseDuration == 0 {
+		c.LeaseDuration = DefaultLeaseDuration
+	}
+	if c.RenewInterval == 0 {
+		c.RenewInterval = c.LeaseDuration / 3
+	}
+	if c.SafetyMargin == 0 {
+		c.SafetyMargin = c.LeaseDuration / 5
+	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = min(c.RenewInterval/2, 5*time.Second)
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = DefaultPollInterval
+	}
+	if c.MappingsRefreshInterval == 0 {
+		c.MappingsRefreshInterval = c.LeaseDuration
+	}
+	if c.Clock == nil {
+		c.Clock = clock.Real()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Rand == nil {
+		c.Rand = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	}
+	return c
+}
+
+// Validate checks the configuration after defaults are applied. Every error
+// wraps ErrInvalidConfig and names the setting.
+func (c Config) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
+	}
+	if err := ValidateTaskID(c.TaskID); err != nil {
+		return err
+	}
+	if c.ClusterSize < 1 {
+		return bad("cluster size %d: must be >= 1", c.ClusterSize)
+	}
+	seen := map[int]bool{}
+	for _, id := range c.AllowedIDs {
+		if id < 0 || id >= c.ClusterSize {
+			return bad("allowed id %d: outside 0..%d", id, c.ClusterSize-1)
+		}
+		if seen[id] {
+			return bad("allowed id %d listed twice", id)
+		}
+		seen[id] = true
+	}
+	L, R, m, T := c.LeaseDuration, c.RenewInterval, c.SafetyMargin, c.RequestTimeout
+	switch {
+	case L <= 0:
+		return bad("lease duration %v: must be > 0", L)
+	case m <= 0 || m >= L:
+		return bad("safety margin %v: must be > 0 and < lease duration %v", m, L)
+	case R <= 0:
+		return bad("renew interval %v: must be > 0", R)
+	case 2*R > L-m:
+		return bad("renew interval %v: must be at most (lease duration %v - safety margin %v)/2 = %v, so two renewals fit before the self-fence deadline", R, L, m, (L-m)/2)
+	case T <= 0 || T >= R:
+		return bad("request timeout %v: must be > 0 and < renew interval %v", T, R)
+	case c.PollInterval <= 0:
+		return bad("poll interval %v: must be > 0", c.PollInterval)
+	case c.AcquireTimeout < 0:
+		return bad("acquire timeout %v: must be >= 0", c.AcquireTimeout)
+	case c.ReadinessTimeout < 0:
+		return bad("readiness timeout %v: must be >= 0", c.ReadinessTimeout)
+	case c.MappingsRefreshInterval <= 0:
+		return bad("mappings refresh interval %v: must be > 0", c.MappingsRefreshInterval)
+	}
+	return nil
+}
+
+// ValidateTaskID checks a task ID: printable ASCII without spaces (it travels
+// in an HTTP header), 1 to 256 characters.
+func ValidateTaskID(id string) error {
+	if id == "" {
+		return fmt.Errorf("%w: task id is empty", ErrInvalidConfig)
+	}
+	if len(id) > 256 {
+		return fmt.Errorf("%w: task id is %d characters, at most 256", ErrInvalidConfig, len(id))
+	}
+	for _, r := range id {
+		if r <= ' ' || r > '~' {
+			return fmt.Errorf("%w: task id %q: only printable ASCII without spaces", ErrInvalidConfig, id)
+		}
+	}
+	return nil
+}
+
+// ValidateBucket checks an S3 bucket name (3-63 lowercase letters, digits,
+// dots and hyphens, starting and ending with a letter or digit).
+func ValidateBucket(b string) error {
+	ok := len(b) >= 3 && len(b) <= 63
+	for i, r := range b {
+		alnum := (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9')
+		if !alnum && (r != '.' && r != '-' || i == 0 || i == len(b)-1) {
+			ok = false
+		}
+	}
+	if !ok {
+		return fmt.Errorf("%w: bucket %q: 3-63 lowercase letters, digits, dots and hyphens", ErrInvalidConfig, b)
+	}
+	return nil
+}
+
+// ValidatePrefix checks a key prefix: at most 512 bytes of printable ASCII,
+// not starting with "/". A prefix usually ends with "/" ("clusters/a/").
+func ValidatePrefix(p string) error {
+	if len(p) > 512 || strings.HasPrefix(p, "/") {
+		return fmt.Errorf("%w: prefix %q: at most 512 characters, not starting with /", ErrInvalidConfig, p)
+	}
+	for _, r := range p {
+		if r < ' ' || r > '~' {
+			return fmt.Errorf("%w: prefix %q: only printable ASCII", ErrInvalidConfig, p)
+		}
+	}
+	return nil
+}

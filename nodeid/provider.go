@@ -1,0 +1,796 @@
+package nodeid
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"os"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+type providerState int
+
+const (
+	stateIdle providerState = iota
+	stateAcquiring
+	stateHolding
+	stateLost
+	stateClosed
+)
+
+// Provider gives this task one node ID at a time, for one tenure: Acquire
+// takes an ID, a background loop renews it, Close releases it. When the lease
+// is lost the provider calls OnLost and stays lost; a new tenure needs a new
+// Provider (and, in practice, a new process).
+type Provider struct {
+	repo Repository
+	cfg  Config
+	log  *slog.Logger
+
+	randMu sync.Mutex // cfg.Rand is not safe for concurrent use
+
+	mu       sync.Mutex
+	state    providerState
+	instance NodeInstance
+	etag     string
+	deadline time.Time // self-fence deadline: last successful send + L - m
+	acquired time.Time
+	graceful bool
+	ready    bool
+	known    VersionMappings
+	pending  map[string]time.Time // nonce -> send time of writes whose answer was lost
+	err      error
+	relErr   error // why the release on Close failed
+
+	done     chan struct{} // closed when the tenure ends (lost or closed)
+	stop     chan struct{} // closed by Close
+	stopOnce sync.Once
+	loopDone chan struct{}
+
+	seen observations // rule 2; used by Acquire only
+
+	stats providerStats
+}
+
+// providerStats are counters for metrics and tests.
+type providerStats struct {
+	acquireAttempts atomic.Int64
+	renewals        atomic.Int64
+	renewalFailures atomic.Int64
+	selfFences      atomic.Int64
+}
+
+// Stats is a snapshot of a provider's counters.
+type Stats struct {
+	AcquireAttempts int64 // conditional PUTs sent to take an ID
+	Renewals        int64 // successful renewals
+	RenewalFailures int64 // renewal attempts that failed, for any reason
+	SelfFences      int64 // losses by the self-fence deadline
+}
+
+// NewProvider validates cfg and returns a provider on repo. Nothing is read
+// or written before Acquire.
+func NewProvider(repo Repository, cfg Config) (*Provider, error) {
+	if repo == nil {
+		return nil, fmt.Errorf("%w: no repository", ErrInvalidConfig)
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	p := &Provider{
+		repo:     repo,
+		cfg:      cfg,
+		log:      cfg.Logger.With("task_id", cfg.TaskID),
+		done:     make(chan struct{}),
+		stop:     make(chan struct{}),
+		loopDone: make(chan struct{}),
+		seen:     observations{},
+		pending:  map[string]time.Time{},
+	}
+	if p.cfg.OnLost == nil {
+		p.cfg.OnLost = func(err error) {
+			fmt.Fprintf(os.Stderr, "nodeid: %v: exiting with code %d\n", err, ExitCodeLeaseLost)
+			os.Exit(ExitCodeLeaseLost)
+		}
+	}
+	return p, nil
+}
+
+// Config returns the configuration in force, defaults applied.
+func (p *Provider) Config() Config { return p.cfg }
+
+// Instance returns the node ID and version held, or the last held after a
+// loss; the zero value before Acquire.
+func (p *Provider) Instance() NodeInstance {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.instance
+}
+
+// Token returns the fencing token of the current tenure: its version. Stamp
+// it on every side effect so a sink can reject a stale holder's writes.
+func (p *Provider) Token() Version { return p.Instance().Version }
+
+// Valid reports whether the lease is held and its self-fence deadline has
+// not passed. It reads the clock itself, so it turns false at the deadline
+// even if the watchdog has not run yet.
+func (p *Provider) Valid() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.state == stateHolding && p.cfg.Clock.Now().Before(p.deadline)
+}
+
+// Deadline returns the self-fence deadline as a reading of the provider's
+// clock (monotonic for the real clock), and whether a lease is held.
+func (p *Provider) Deadline() (time.Time, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.deadline, p.state == stateHolding
+}
+
+// Done is closed when the tenure ends: the lease was lost or released.
+func (p *Provider) Done() <-chan struct{} { return p.done }
+
+// Err returns why the tenure ended: a *LostError (errors.Is ErrLeaseLost),
+// ErrClosed after Close, or nil while it lasts.
+func (p *Provider) Err() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.err
+}
+
+// PreviousGracefullyShutdown reports whether the lease we took had been
+// released (or never held), rather than taken over after expiry. Only then
+// may the previous data directory be hard-linked whole: no stale holder can
+// still be writing into it.
+func (p *Provider) PreviousGracefullyShutdown() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.graceful
+}
+
+// KnownVersions returns this task's view of every node's version.
+func (p *Provider) KnownVersions() VersionMappings {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.known.Clone()
+}
+
+// Ready reports whether the node may start serving: it holds a valid lease
+// and, after an ungraceful takeover with a ReadinessTimeout, every live peer
+// knows its new version (or the timeout passed).
+func (p *Provider) Ready() bool {
+	p.mu.Lock()
+	ready := p.ready
+	p.mu.Unlock()
+	return ready && p.Valid()
+}
+
+// WaitReady blocks until Ready, the tenure ends, or ctx is done.
+func (p *Provider) WaitReady(ctx context.Context) error {
+	poll := min(p.cfg.RenewInterval, 200*time.Millisecond)
+	t := p.cfg.Clock.NewTimer(poll)
+	defer t.Stop()
+	for {
+		if p.Ready() {
+			return nil
+		}
+		if err := p.Err(); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-p.done:
+		case <-t.C():
+			t.Reset(poll)
+		}
+	}
+}
+
+// Stats returns the provider's counters.
+func (p *Provider) Stats() Stats {
+	return Stats{
+		AcquireAttempts: p.stats.acquireAttempts.Load(),
+		Renewals:        p.stats.renewals.Load(),
+		RenewalFailures: p.stats.renewalFailures.Load(),
+		SelfFences:      p.stats.selfFences.Load(),
+	}
+}
+
+// Acquire takes a node ID and starts renewing it. It waits, listing the
+// leases again every PollInterval (jittered), while every allowed ID is held,
+// until AcquireTimeout (ErrAcquireTimeout), ctx ends, or Close. Errors that
+// waiting cannot cure (access denied, no such bucket) return at once.
+func (p *Provider) Acquire(ctx context.Context) (NodeInstance, error) {
+	p.mu.Lock()
+	if p.state != stateIdle {
+		st := p.state
+		p.mu.Unlock()
+		if st == stateClosed {
+			return NodeInstance{}, ErrClosed
+		}
+		return NodeInstance{}, errors.New("nodeid: Acquire called twice on one provider")
+	}
+	p.state = stateAcquiring
+	p.mu.Unlock()
+
+	start := p.cfg.Clock.Now()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-p.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	var acquireDeadline time.Time
+	if p.cfg.AcquireTimeout > 0 {
+		acquireDeadline = start.Add(p.cfg.AcquireTimeout)
+	}
+
+	initialized := false
+	waitingLogged := false
+	wait := p.cfg.Clock.NewTimer(time.Hour)
+	wait.Stop()
+	defer wait.Stop()
+	for {
+		if !initialized {
+			err := Initialize(ctx, p.repo, p.cfg.ClusterSize, p.cfg.TaskID, p.cfg.LeaseDuration)
+			if fatalStorageError(err) {
+				return p.failAcquire(err)
+			}
+			initialized = err == nil
+		}
+		listing, err := p.repo.List(ctx)
+		if fatalStorageError(err) {
+			return p.failAcquire(err)
+		}
+		if err == nil {
+			arrived := p.cfg.Clock.Now()
+			for _, s := range listing.Slots {
+				p.seen.see(s.ID, s.ETag, arrived)
+			}
+			if inst, ok := p.tryListing(ctx, listing); ok {
+				p.log.Info("acquired node id", "node_id", inst.ID, "version", int64(inst.Version),
+					"previous_graceful", p.PreviousGracefullyShutdown(), "took", p.cfg.Clock.Now().Sub(start).Round(time.Millisecond))
+				return inst, nil
+			}
+			if len(missingIDs(listing, p.cfg.ClusterSize)) > 0 {
+				initialized = false
+			}
+			if !waitingLogged {
+				p.log.Info("no node id free, waiting", "cluster_size", p.cfg.ClusterSize, "poll_interval", p.cfg.PollInterval)
+				waitingLogged = true
+			}
+		} else {
+			p.log.Warn("listing leases failed, retrying", "err", err)
+		}
+
+		delay := p.jitter(p.cfg.PollInterval)
+		if !acquireDeadline.IsZero() {
+			left := acquireDeadline.Sub(p.cfg.Clock.Now())
+			if left <= 0 {
+				return p.failAcquire(fmt.Errorf("%w (%v)", ErrAcquireTimeout, p.cfg.AcquireTimeout))
+			}
+			delay = min(delay, left)
+		}
+		wait.Reset(delay)
+		select {
+		case <-wait.C():
+		case <-ctx.Done():
+			select {
+			case <-p.stop:
+				return p.failAcquire(ErrClosed)
+			default:
+			}
+			return p.failAcquire(ctx.Err())
+		}
+	}
+}
+
+func (p *Provider) failAcquire(err error) (NodeInstance, error) {
+	p.mu.Lock()
+	if p.state == stateAcquiring {
+		p.state = stateIdle
+		if errors.Is(err, ErrClosed) {
+			p.state = stateClosed
+		}
+	}
+	p.mu.Unlock()
+	return NodeInstance{}, err
+}
+
+// fatalStorageError reports errors that retrying will not cure.
+func fatalStorageError(err error) bool {
+	return errors.Is(err, ErrAccessDenied) || errors.Is(err, ErrInvalidConfig) ||
+		(errors.Is(err, ErrNotFound) && isNoSuchBucket(err))
+}
+
+func isNoSuchBucket(err error) bool {
+	var se *StorageError
+	return errors.As(err, &se) && (se.Code == "NoSuchBucket" || se.Op == "list")
+}
+
+// tryListing tries the candidates of one listing, each with one GET and one
+// conditional PUT, and reports whether one was taken.
+func (p *Provider) tryListing(ctx context.Context, listing Listing) (NodeInstance, bool) {
+	for _, slot := range p.candidates(listing) {
+		rec, err := p.repo.Get(ctx, slot.ID)
+		arrived := p.cfg.Clock.Now()
+		if errors.Is(err, ErrCorruptLease) {
+			p.log.Warn("skipping corrupt lease object", "node_id", slot.ID, "etag", rec.ETag, "err", err)
+			continue
+		}
+		if err != nil {
+			continue
+		}
+		p.seen.see(slot.ID, rec.ETag, arrived)
+		free, graceful := p.judge(rec, arrived)
+		if !free {
+			continue
+		}
+		if inst, ok := p.take(ctx, rec, graceful); ok {
+			return inst, true
+		}
+	}
+	return NodeInstance{}, false
+}
+
+// candidates returns the allowed slots that may be free by the listing alone,
+// starting with a task-specific slot (so tasks starting together spread over
+// the IDs instead of all racing for ID 0), then released ones, then the
+// rest, each group in random order.
+func (p *Provider) candidates(listing Listing) []Slot {
+	allowed := p.allowedIDs()
+	if len(allowed) == 0 {
+		return nil
+	}
+	h := fnv.New32a()
+	h.Write([]byte(p.cfg.TaskID))
+	offset := int(h.Sum32() % uint32(len(allowed)))
+	now := p.cfg.Clock.Now()
+
+	var first, released, expired []Slot
+	for i := range allowed {
+		slot, ok := listing.Slot(allowed[(offset+i)%len(allowed)])
+		if !ok {
+			continue
+		}
+		switch {
+		case i == 0 && (slot.Size == 0 || p.expiredByListing(slot, listing.ServerDate, now)):
+			first = append(first, slot)
+		case slot.Size == 0:
+			released = append(released, slot)
+		case p.expiredByListing(slot, listing.ServerDate, now):
+			expired = append(expired, slot)
+		}
+	}
+	p.shuffle(released)
+	p.shuffle(expired)
+	return append(append(first, released...), expired...)
+}
+
+func (p *Provider) expiredByListing(s Slot, serverDate, now time.Time) bool {
+	L := p.cfg.LeaseDuration
+	return ExpiredByServerClock(s.LastModified, serverDate, L) || p.seen.unchangedFor(s.ID, s.ETag, now) >= L
+}
+
+func (p *Provider) allowedIDs() []int {
+	if len(p.cfg.AllowedIDs) > 0 {
+		ids := append([]int(nil), p.cfg.AllowedIDs...)
+		sort.Ints(ids)
+		return ids
+	}
+	ids := make([]int, p.cfg.ClusterSize)
+	for i := range ids {
+		ids[i] = i
+	}
+	return ids
+}
+
+// judge decides whether the lease in rec may be taken, and whether its
+// previous holder stopped gracefully.
+func (p *Provider) judge(rec Record, arrived time.Time) (free, graceful bool) {
+	l := rec.Lease
+	if !l.Acquirable {
+		return false, false
+	}
+	if !l.Held() {
+		return true, true
+	}
+	lease := max(l.Duration, p.cfg.LeaseDuration)
+	if ExpiredByServerClock(rec.LastModified, rec.ServerDate, lease) {
+		return true, false
+	}
+	return p.seen.unchangedFor(rec.ID, rec.ETag, arrived) >= lease, false
+}
+
+// take writes our lease over rec with one conditional PUT.
+func (p *Provider) take(ctx context.Context, rec Record, graceful bool) (NodeInstance, bool) {
+	inst := NodeInstance{ID: rec.ID, Version: rec.Lease.Instance.Version + 1}
+	known := rec.Lease.KnownVersions.Clone()
+	known.Observe(inst.ID, inst.Version)
+	lease := p.newLease(inst, known)
+
+	p.stats.acquireAttempts.Add(1)
+	sent := p.cfg.Clock.Now()
+	etag, err := p.repo.Write(ctx, lease, rec.ETag)
+	if err != nil {
+		if errors.Is(err, ErrPreconditionFailed) || errors.Is(err, ErrConflict) || errors.Is(err, ErrNotFound) {
+			p.log.Debug("lost the race for a node id", "node_id", inst.ID, "err", err)
+			return NodeInstance{}, false
+		}
+		// No answer: the write may have landed. Look for our nonce; if we
+		// cannot tell, leave it: an unrenewed lease simply expires.
+		got, gerr := p.repo.Get(ctx, inst.ID)
+		if gerr != nil || got.Lease.Nonce != lease.Nonce {
+			p.log.Warn("acquisition write failed", "node_id", inst.ID, "version", int64(inst.Version), "err", err)
+			return NodeInstance{}, false
+		}
+		etag = got.ETag
+	}
+
+	p.mu.Lock()
+	if p.state != stateAcquiring {
+		p.mu.Unlock()
+		return NodeInstance{}, false
+	}
+	p.state = stateHolding
+	p.instance = inst
+	p.etag = etag
+	p.deadline = sent.Add(p.cfg.LeaseDuration - p.cfg.SafetyMargin)
+	p.acquired = sent
+	p.graceful = graceful
+	p.known = known
+	p.ready = graceful || p.cfg.ReadinessTimeout == 0
+	p.mu.Unlock()
+
+	go p.renewLoop()
+	go p.watchdog()
+	go p.refreshLoop()
+	return inst, true
+}
+
+func (p *Provider) newLease(inst NodeInstance, known VersionMappings) Lease {
+	return Lease{
+		TaskID:        p.cfg.TaskID,
+		Instance:      inst,
+		Expires:       p.cfg.Clock.Now().Add(p.cfg.LeaseDuration),
+		Duration:      p.cfg.LeaseDuration,
+		Nonce:         p.nonce(),
+		KnownVersions: known,
+		Acquirable:    true,
+	}
+}
+
+// renewLoop renews every RenewInterval, retries failed renewals sooner, and
+// releases the lease on Close. It is the only writer of the lease object
+// while the lease is held.
+func (p *Provider) renewLoop() {
+	defer close(p.loopDone)
+	t := p.cfg.Clock.NewTimer(p.cfg.RenewInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.stop:
+			p.release()
+			return
+		case <-p.done:
+			return
+		case <-t.C():
+		}
+		next, ok := p.renew()
+		if !ok {
+			return
+		}
+		t.Reset(next)
+	}
+}
+
+// renew sends one renewal and returns the delay until the next one.
+func (p *Provider) renew() (time.Duration, bool) {
+	p.mu.Lock()
+	if p.state != stateHolding {
+		p.mu.Unlock()
+		return 0, false
+	}
+	lease := p.newLease(p.instance, p.known.Clone())
+	etag, deadline := p.etag, p.deadline
+	p.mu.Unlock()
+
+	sent := p.cfg.Clock.Now()
+	ctx, cancel := p.boundedContext(deadline, sent)
+	defer cancel()
+	newETag, err := p.repo.Write(ctx, lease, etag)
+	if err == nil {
+		return p.renewed(sent, newETag)
+	}
+	p.stats.renewalFailures.Add(1)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		p.lose("lease object deleted", err)
+		return 0, false
+	case errors.Is(err, ErrPreconditionFailed), errors.Is(err, ErrConflict):
+		return p.reconcile(err)
+	default:
+		// No answer: the write may have landed. Remember its nonce so a
+		// later 412 against our own write is not taken for a loss.
+		p.mu.Lock()
+		p.pending[lease.Nonce] = sent
+		p.mu.Unlock()
+		p.log.Warn("renewal failed, retrying", "node_id", lease.Instance.ID, "version", int64(lease.Instance.Version),
+			"valid_for", deadline.Sub(p.cfg.Clock.Now()).Round(time.Millisecond), "err", err)
+		return p.retryDelay(), true
+	}
+}
+
+// reconcile reads the object after a 412 or 409 to tell our own landed write
+// (answer lost, or an SDK retry) from someone else's.
+func (p *Provider) reconcile(cause error) (time.Duration, bool) {
+	p.mu.Lock()
+	inst, etag, deadline := p.instance, p.etag, p.deadline
+	p.mu.Unlock()
+
+	ctx, cancel := p.boundedContext(deadline, p.cfg.Clock.Now())
+	defer cancel()
+	rec, err := p.repo.Get(ctx, inst.ID)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		p.lose("lease object deleted", cause)
+		return 0, false
+	case errors.Is(err, ErrCorruptLease):
+		p.lose("lease object overwritten with a corrupt object", err)
+		return 0, false
+	case err != nil:
+		return p.retryDelay(), true // cannot tell yet; the deadline still holds
+	}
+
+	p.mu.Lock()
+	sent, ours := p.pending[rec.Lease.Nonce]
+	p.mu.Unlock()
+	l := rec.Lease
+	switch {
+	case ours && l.TaskID == p.cfg.TaskID && l.Instance == inst && l.Acquirable:
+		p.log.Info("renewal had landed although its answer was lost", "node_id", inst.ID, "version", int64(inst.Version))
+		return p.renewed(sent, rec.ETag)
+	case errors.Is(cause, ErrConflict) && rec.ETag == etag:
+		return p.retryDelay(), true // nothing landed: try again
+	case !l.Acquirable:
+		p.lose("node id marked unusable (scaled down)", cause)
+	case !l.Held():
+		p.lose("lease released by someone else", cause)
+	case l.TaskID != p.cfg.TaskID || l.Instance != inst:
+		p.lose(fmt.Sprintf("lease overwritten by task %q with version %d", l.TaskID, l.Instance.Version), cause)
+	default:
+		p.lose("lease overwritten", cause)
+	}
+	return 0, false
+}
+
+// renewed records a successful renewal sent at sent. A success that arrives
+// after the self-fence deadline does not revive the lease: once past it, the
+// holder has stopped and stays stopped.
+func (p *Provider) renewed(sent time.Time, etag string) (time.Duration, bool) {
+	now := p.cfg.Clock.Now()
+	p.mu.Lock()
+	if p.state != stateHolding {
+		p.mu.Unlock()
+		return 0, false
+	}
+	if !now.Before(p.deadline) {
+		p.mu.Unlock()
+		p.lose("renewal answered after the self-fence deadline", nil)
+		return 0, false
+	}
+	p.etag = etag
+	if d := sent.Add(p.cfg.LeaseDuration - p.cfg.SafetyMargin); d.After(p.deadline) {
+		p.deadline = d
+	}
+	clear(p.pending)
+	p.mu.Unlock()
+	p.stats.renewals.Add(1)
+	return max(sent.Add(p.cfg.RenewInterval).Sub(now), 0), true
+}
+
+// boundedContext returns a context for one request that ends at the request
+// timeout or at the self-fence deadline, whichever is first.
+func (p *Provider) boundedContext(deadline, now time.Time) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), max(min(p.cfg.RequestTimeout, deadline.Sub(now)), time.Millisecond))
+}
+
+func (p *Provider) retryDelay() time.Duration {
+	return p.jitter(min(max(p.cfg.RenewInterval/5, 50*time.Millisecond), time.Second))
+}
+
+// watchdog fences the holder at its deadline. It is a timer, not a network
+// call, so it fires even while a renewal hangs.
+func (p *Provider) watchdog() {
+	t := p.cfg.Clock.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		p.mu.Lock()
+		st, deadline := p.state, p.deadline
+		p.mu.Unlock()
+		if st != stateHolding {
+			return
+		}
+		left := deadline.Sub(p.cfg.Clock.Now())
+		if left <= 0 {
+			p.stats.selfFences.Add(1)
+			p.lose("not renewed before the self-fence deadline", nil)
+			return
+		}
+		t.Reset(left)
+		select {
+		case <-t.C():
+		case <-p.done:
+			return
+		}
+	}
+}
+
+// lose ends the tenure: from here on Valid is false. OnLost runs outside the
+// lock.
+func (p *Provider) lose(reason string, cause error) {
+	p.mu.Lock()
+	if p.state != stateHolding {
+		p.mu.Unlock()
+		return
+	}
+	p.state = stateLost
+	err := &LostError{Instance: p.instance, Reason: reason, Err: cause}
+	p.err = err
+	close(p.done)
+	p.mu.Unlock()
+	p.log.Error("lease lost", "node_id", err.Instance.ID, "version", int64(err.Instance.Version), "reason", reason, "err", cause)
+	p.cfg.OnLost(err)
+}
+
+// Close stops renewing and releases the lease with If-Match, so a successor
+// can take the ID at once with version+1 and knows we stopped cleanly. Stop
+// writing data before calling Close. A failed release is logged and
+// returned; the lease then simply expires. Close on a provider that is
+// acquiring makes Acquire return ErrClosed.
+func (p *Provider) Close(ctx context.Context) error {
+	p.mu.Lock()
+	st := p.state
+	if st == stateIdle {
+		p.state = stateClosed
+	}
+	p.mu.Unlock()
+	p.stopOnce.Do(func() { close(p.stop) })
+	if st != stateHolding {
+		return nil
+	}
+	select {
+	case <-p.loopDone:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.relErr
+}
+
+// release runs on the renew loop after Close.
+func (p *Provider) release() {
+	p.mu.Lock()
+	if p.state != stateHolding {
+		p.mu.Unlock()
+		return
+	}
+	p.state = stateClosed
+	p.err = ErrClosed
+	close(p.done)
+	inst, etag, deadline := p.instance, p.etag, p.deadline
+	p.mu.Unlock()
+
+	released := Lease{Instance: inst, Acquirable: true}
+	ctx, cancel := p.boundedContext(deadline.Add(p.cfg.SafetyMargin), p.cfg.Clock.Now())
+	defer cancel()
+	if _, err := p.repo.Write(ctx, released, etag); err != nil {
+		p.log.Warn("release failed; the lease will expire", "node_id", inst.ID, "version", int64(inst.Version), "err", err)
+		p.mu.Lock()
+		p.relErr = fmt.Errorf("release %s: %w", inst, err)
+		p.mu.Unlock()
+		return
+	}
+	p.log.Info("released node id", "node_id", inst.ID, "version", int64(inst.Version))
+}
+
+// refreshLoop learns the peers' versions for our lease's mappings, and
+// decides readiness after an ungraceful takeover.
+func (p *Provider) refreshLoop() {
+	t := p.cfg.Clock.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		interval := p.cfg.MappingsRefreshInterval
+		p.mu.Lock()
+		if !p.ready {
+			interval = min(interval, p.cfg.RenewInterval/2)
+		}
+		p.mu.Unlock()
+		t.Reset(p.jitter(interval))
+		select {
+		case <-t.C():
+		case <-p.done:
+			return
+		}
+		p.refresh()
+	}
+}
+
+func (p *Provider) refresh() {
+	p.mu.Lock()
+	inst := p.instance
+	p.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*p.cfg.RequestTimeout)
+	defer cancel()
+	listing, err := p.repo.List(ctx)
+	if err != nil {
+		return
+	}
+	learned := VersionMappings{}
+	peersKnow := true
+	for _, s := range listing.Slots {
+		if s.ID == inst.ID || s.Size == 0 {
+			continue
+		}
+		rec, err := p.repo.Get(ctx, s.ID)
+		if err != nil || !rec.Lease.Held() {
+			continue
+		}
+		learned.Observe(s.ID, rec.Lease.Instance.Version)
+		live := !ExpiredByServerClock(rec.LastModified, rec.ServerDate, max(rec.Lease.Duration, p.cfg.LeaseDuration))
+		if live && rec.Lease.KnownVersions[inst.ID] < inst.Version {
+			peersKnow = false
+		}
+	}
+
+	p.mu.Lock()
+	for id, v := range learned {
+		p.known.Observe(id, v)
+	}
+	becameReady, failedOpen := false, false
+	if !p.ready && p.state == stateHolding {
+		switch {
+		case peersKnow:
+			p.ready, becameReady = true, true
+		case p.cfg.Clock.Now().Sub(p.acquired) >= p.cfg.ReadinessTimeout:
+			p.ready, failedOpen = true, true
+		}
+	}
+	p.mu.Unlock()
+	if becameReady {
+		p.log.Info("ready: every live peer knows our version", "node_id", inst.ID, "version", int64(inst.Version))
+	}
+	if failedOpen {
+		p.log.Warn("ready by timeout: some peers do not know our version yet", "node_id", inst.ID, "version", int64(inst.Version), "readiness_timeout", p.cfg.ReadinessTimeout)
+	}
+}
+
+func (p *Provider) jitter(d time.Duration) time.Duration {
+	p.randMu.Lock()
+	defer p.randMu.Unlock()
+	return time.Duration(float64(d) * (0.8 + 0.4*p.cfg.Rand.Float64()))
+}
+
+func (p *Provider) shuffle(s []Slot) {
+	p.randMu.Lock()
+	defer p.randMu.Unlock()
+	p.cfg.Rand.Shuffle(len(s), func(i, j int) { s[i], s[j] = s[j], s[i] })
+}
+
+func (p *Provider) nonce() string {
+	p.randMu.Lock()
+	defer p.randMu.Unlock()
+	return fmt.Sprintf("%016x%016x", p.cfg.Rand.Uint64(), p.cfg.Rand.Uint64())
+}

@@ -1,0 +1,217 @@
+package nodeid
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Repository stores the lease objects of one cluster. It is the only thing
+// the protocol needs from storage: listing, reading, create-if-absent and
+// compare-and-swap on the ETag. S3Repository implements it on S3; tests and
+// simulations implement it in memory.
+//
+// Every error is a *StorageError whose kind (ErrPreconditionFailed,
+// ErrNotFound, ErrConflict, ErrSlowDown, ErrAccessDenied, ErrUnavailable) is
+// checked with errors.Is.
+type Repository interface {
+	// List returns every lease object of the cluster, with ETags, in one
+	// listing (paginated as the store requires).
+	List(ctx context.Context) (Listing, error)
+	// Get reads the lease object of node id. When the object exists but is
+	// not a valid lease, the Record's Slot is filled and the error wraps
+	// ErrCorruptLease.
+	Get(ctx context.Context, id int) (Record, error)
+	// Create writes l only if its object does not exist (If-None-Match: *)
+	// and returns the new ETag.
+	Create(ctx context.Context, l Lease) (string, error)
+	// Write replaces the object of l.Instance.ID only if its ETag is still
+	// etag (If-Match) and returns the new ETag. Acquisition, renewal,
+	// release and marking unusable are all writes.
+	Write(ctx context.Context, l Lease, etag string) (string, error)
+}
+
+// Slot is what a listing shows of one lease object without reading it.
+type Slot struct {
+	ID           int
+	ETag         string
+	LastModified time.Time // server clock, whole seconds on S3
+	Size         int64     // 0 for a released or never-held lease
+}
+
+// Listing is the result of Repository.List.
+type Listing struct {
+	Slots []Slot // ascending by ID
+	// ServerDate is the Date header of the first answer: the server's clock,
+	// no later than the moment any slot in the listing was read.
+	ServerDate time.Time
+}
+
+// Slot returns the slot of id.
+func (l Listing) Slot(id int) (Slot, bool) {
+	for _, s := range l.Slots {
+		if s.ID == id {
+			return s, true
+		}
+	}
+	return Slot{}, false
+}
+
+// Record is one lease object read whole.
+type Record struct {
+	Slot
+	Lease Lease
+	// ServerDate is the Date header of the answer (server clock).
+	ServerDate time.Time
+}
+
+// Initialize creates the lease objects 0..size-1 that do not exist yet. It is
+// idempotent and safe when many tasks run it at once: each create is
+// conditional (If-None-Match: *), and a 412 means another task made it.
+//
+// An object that is missing although peers know a version for its ID was
+// deleted from outside. Restarting it at version 0 would hand out versions
+// whose data directories exist already, so it is recreated with the highest
+// version any peer knows, as a held lease of an unknown holder: candidates
+// then wait a whole lease duration, as for a holder that crashed.
+func Initialize(ctx context.Context, repo Repository, size int, taskID string, leaseDuration time.Duration) error {
+	if size < 1 {
+		return fmt.Errorf("%w: cluster size %d, must be >= 1", ErrInvalidConfig, size)
+	}
+	listing, err := repo.List(ctx)
+	if err != nil {
+		return err
+	}
+	missing := missingIDs(listing, size)
+	if len(missing) == 0 {
+		return nil
+	}
+	known := knownVersions(ctx, repo, listing)
+	for _, id := range missing {
+		l := Lease{Instance: NodeInstance{ID: id}, Acquirable: true}
+		if v, ok := known[id]; ok && v > 0 {
+			l = Lease{
+				TaskID:     "recreated-by:" + taskID,
+				Instance:   NodeInstance{ID: id, Version: v},
+				Expires:    time.Now().Add(leaseDuration),
+				Duration:   leaseDuration,
+				Nonce:      newNonce(),
+				Acquirable: true,
+			}
+		}
+		if _, err := repo.Create(ctx, l); err != nil && !errors.Is(err, ErrPreconditionFailed) && !errors.Is(err, ErrConflict) {
+			return fmt.Errorf("initialize node %d: %w", id, err)
+		}
+	}
+	return nil
+}
+
+// Scale changes the cluster size. Growing creates the new objects (and makes
+// earlier removed ones acquirable again); shrinking marks the objects at and
+// above size unusable. Objects are never deleted: a recreated object would
+// restart the version at 0 and collide with existing data directories.
+//
+// Marking a held lease writes a fresh nonce, so its holder's next renewal
+// fails with 412 and the holder fences itself.
+func Scale(ctx context.Context, repo Repository, size int, taskID string, leaseDuration time.Duration) error {
+	if size < 1 {
+		return fmt.Errorf("%w: cluster size %d, must be >= 1", ErrInvalidConfig, size)
+	}
+	if err := Initialize(ctx, repo, size, taskID, leaseDuration); err != nil {
+		return err
+	}
+	listing, err := repo.List(ctx)
+	if err != nil {
+		return err
+	}
+	for _, s := range listing.Slots {
+		want := s.ID < size
+		for attempt := 0; ; attempt++ {
+			err := setAcquirable(ctx, repo, s.ID, want)
+			if err == nil || errors.Is(err, ErrCorruptLease) {
+				break
+			}
+			if (errors.Is(err, ErrPreconditionFailed) || errors.Is(err, ErrConflict)) && attempt < 10 {
+				continue // renewed under us: read again
+			}
+			return fmt.Errorf("scale node %d: %w", s.ID, err)
+		}
+	}
+	return nil
+}
+
+func setAcquirable(ctx context.Context, repo Repository, id int, acquirable bool) error {
+	rec, err := repo.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	if rec.Lease.Acquirable == acquirable {
+		return nil
+	}
+	l := rec.Lease
+	l.Acquirable = acquirable
+	if l.Held() {
+		l.Nonce = newNonce()
+	}
+	_, err = repo.Write(ctx, l, rec.ETag)
+	return err
+}
+
+// ForceRelease releases node id whoever holds it, for operators. The version
+// is kept. The holder, if alive, fails its next renewal and fences itself,
+// but it may still act until its self-fence deadline: the successor sees a
+// released lease and would hard-link every file, so only use this when the
+// holder is known to be dead.
+func ForceRelease(ctx context.Context, repo Repository, id int) (Version, error) {
+	rec, err := repo.Get(ctx, id)
+	if err != nil && !errors.Is(err, ErrCorruptLease) {
+		return 0, err
+	}
+	v := rec.Lease.Instance.Version
+	if errors.Is(err, ErrCorruptLease) {
+		// The version of a corrupt object is unknown: keep the largest any
+		// peer knows, so no version is handed out twice.
+		listing, lerr := repo.List(ctx)
+		if lerr != nil {
+			return 0, lerr
+		}
+		v = knownVersions(ctx, repo, listing)[id]
+	}
+	released := Lease{Instance: NodeInstance{ID: id, Version: v}, Acquirable: rec.Lease.Acquirable || errors.Is(err, ErrCorruptLease)}
+	if _, err := repo.Write(ctx, released, rec.ETag); err != nil {
+		return 0, err
+	}
+	return v, nil
+}
+
+func missingIDs(l Listing, size int) []int {
+	present := make(map[int]bool, len(l.Slots))
+	for _, s := range l.Slots {
+		present[s.ID] = true
+	}
+	var missing []int
+	for id := 0; id < size; id++ {
+		if !present[id] {
+			missing = append(missing, id)
+		}
+	}
+	return missing
+}
+
+// knownVersions merges the versions that all readable leases know of, their
+// own included. Unreadable objects are skipped.
+func knownVersions(ctx context.Context, repo Repository, l Listing) VersionMappings {
+	known := VersionMappings{}
+	for _, s := range l.Slots {
+		rec, err := repo.Get(ctx, s.ID)
+		if err != nil {
+			continue
+		}
+		known.Observe(s.ID, rec.Lease.Instance.Version)
+		for id, v := range rec.Lease.KnownVersions {
+			known.Observe(id, v)
+		}
+	}
+	return known
+}

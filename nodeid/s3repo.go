@@ -1,0 +1,354 @@
+package nodeid
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
+	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/smithy-go"
+	"github.com/aws/smithy-go/middleware"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
+)
+
+// DefaultRequestTimeout bounds one S3 request when the caller's context has
+// no earlier deadline.
+const DefaultRequestTimeout = 5 * time.Second
+
+// ProbeKeySuffix names the object the start-up probe writes beside the
+// leases. It is not a lease key (not a decimal ID), so List ignores it.
+const ProbeKeySuffix = "nodeid-probe.json"
+
+// S3Config selects an S3 endpoint and credentials. Empty fields fall back to
+// the standard AWS chain: AWS_REGION, AWS_ENDPOINT_URL_S3 (or
+// AWS_ENDPOINT_URL), environment credentials, shared config, the ECS task
+// role.
+type S3Config struct {
+	Region    string // default from the chain, else us-east-1
+	Endpoint  string // e.g. http://127.0.0.1:7070; overrides AWS_ENDPOINT_URL_S3
+	PathStyle bool   // bucket in the path, as most S3-compatible servers need
+	// AccessKey and SecretKey set static credentials (tests, demos).
+	AccessKey, SecretKey string
+}
+
+// NewS3Client builds an S3 client for leases: the SDK retries reads a few
+// times without a client-side retry quota (which would turn a storm of
+// errors into refused requests), checksums are only sent when S3 requires
+// them (several S3-compatible servers reject the streaming form), and
+// connections are dialled with a short timeout.
+func NewS3Client(ctx context.Context, c S3Config) (*s3.Client, error) {
+	opts := []func(*config.LoadOptions) error{
+		config.WithRetryer(func() aws.Retryer {
+			return retry.NewStandard(func(o *retry.StandardOptions) {
+				o.MaxAttempts = 3
+				o.MaxBackoff = time.Second
+				o.RateLimiter = ratelimit.None
+			})
+		}),
+		config.WithHTTPClient(awshttp.NewBuildableClient().
+			WithDialerOptions(func(d *net.Dialer) { d.Timeout = 3 * time.Second }).
+			WithTransportOptions(func(t *http.Transport) {
+				t.IdleConnTimeout = 30 * time.Second
+				t.ResponseHeaderTimeout = 30 * time.Second
+			})),
+	}
+	if c.Region != "" {
+		opts = append(opts, config.WithRegion(c.Region))
+	}
+	if c.AccessKey != "" || c.SecretKey != "" {
+		opts = append(opts, config.WithCredentialsProvider(credentials.NewStaticCredentialsProvider(c.AccessKey, c.SecretKey, "")))
+	}
+	cfg, err := config.LoadDefaultConfig(ctx, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("load AWS configuration: %w", err)
+	}
+	if cfg.Region == "" {
+		cfg.Region = "us-east-1"
+	}
+	return s3.NewFromConfig(cfg, func(o *s3.Options) {
+		if c.Endpoint != "" {
+			o.BaseEndpoint = aws.String(c.Endpoint)
+		}
+		o.UsePathStyle = c.PathStyle
+		o.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenRequired
+		o.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
+	}), nil
+}
+
+// S3Repository keeps lease objects <prefix><id>.json in one bucket.
+type S3Repository struct {
+	client   *s3.Client
+	bucket   string
+	prefix   string
+	timeout  time.Duration
+	requests atomic.Int64
+}
+
+var _ Repository = (*S3Repository)(nil)
+
+// NewS3Repository returns a repository on bucket. The prefix (may be empty)
+// lets several clusters share a bucket; requestTimeout bounds every request
+// (DefaultRequestTimeout when zero).
+func NewS3Repository(client *s3.Client, bucket, prefix string, requestTimeout time.Duration) (*S3Repository, error) {
+	if err := ValidateBucket(bucket); err != nil {
+		return nil, err
+	}
+	if err := ValidatePrefix(prefix); err != nil {
+		return nil, err
+	}
+	if requestTimeout <= 0 {
+		requestTimeout = DefaultRequestTimeout
+	}
+	return &S3Repository{client: client, bucket: bucket, prefix: prefix, timeout: requestTimeout}, nil
+}
+
+// Requests returns how many HTTP requests this repository has sent,
+// retries included.
+func (r *S3Repository) Requests() int64 { return r.requests.Load() }
+
+// Key returns the object key of node id.
+func (r *S3Repository) Key(id int) string { return LeaseKey(r.prefix, id) }
+
+// List implements Repository.
+func (r *S3Repository) List(ctx context.Context) (Listing, error) {
+	var (
+		listing Listing
+		token   *string
+	)
+	for page := 0; ; page++ {
+		cctx, cancel := context.WithTimeout(ctx, r.timeout)
+		out, err := r.client.ListObjectsV2(cctx, &s3.ListObjectsV2Input{
+			Bucket:            &r.bucket,
+			Prefix:            &r.prefix,
+			ContinuationToken: token,
+		}, r.count)
+		cancel()
+		if err != nil {
+			return Listing{}, classify("list", r.prefix+"*", err)
+		}
+		if page == 0 {
+			listing.ServerDate = serverDate(out.ResultMetadata)
+		}
+		for _, o := range out.Contents {
+			id, ok := ParseLeaseKey(r.prefix, aws.ToString(o.Key))
+			if !ok {
+				continue
+			}
+			listing.Slots = append(listing.Slots, Slot{
+				ID:           id,
+				ETag:         normalizeETag(aws.ToString(o.ETag)),
+				LastModified: aws.ToTime(o.LastModified),
+				Size:         aws.ToInt64(o.Size),
+			})
+		}
+		if !aws.ToBool(out.IsTruncated) || out.NextContinuationToken == nil {
+			break
+		}
+		token = out.NextContinuationToken
+	}
+	sort.Slice(listing.Slots, func(i, j int) bool { return listing.Slots[i].ID < listing.Slots[j].ID })
+	return listing, nil
+}
+
+// Get implements Repository.
+func (r *S3Repository) Get(ctx context.Context, id int) (Record, error) {
+	key := r.Key(id)
+	cctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	out, err := r.client.GetObject(cctx, &s3.GetObjectInput{Bucket: &r.bucket, Key: &key}, r.count)
+	if err != nil {
+		return Record{}, classify("get", key, err)
+	}
+	defer out.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(out.Body, MaxLeaseBodySize+1))
+	if err != nil {
+		return Record{}, &StorageError{Op: "get", Key: key, Kind: ErrUnavailable, Err: err}
+	}
+	rec := Record{
+		Slot: Slot{
+			ID:           id,
+			ETag:         normalizeETag(aws.ToString(out.ETag)),
+			LastModified: aws.ToTime(out.LastModified),
+			Size:         int64(len(body)),
+		},
+		ServerDate: serverDate(out.ResultMetadata),
+	}
+	rec.Lease, err = DecodeLease(id, body, out.Metadata)
+	if err != nil {
+		return rec, fmt.Errorf("get %s: %w", key, err)
+	}
+	return rec, nil
+}
+
+// Create implements Repository.
+func (r *S3Repository) Create(ctx context.Context, l Lease) (string, error) {
+	body, meta := l.Encode()
+	return r.put(ctx, "create", r.Key(l.Instance.ID), body, meta, "", true)
+}
+
+// Write implements Repository.
+func (r *S3Repository) Write(ctx context.Context, l Lease, etag string) (string, error) {
+	if etag == "" {
+		return "", &StorageError{Op: "write", Key: r.Key(l.Instance.ID), Kind: ErrPreconditionFailed, Err: errors.New("no ETag to match")}
+	}
+	body, meta := l.Encode()
+	return r.put(ctx, "write", r.Key(l.Instance.ID), body, meta, etag, false)
+}
+
+// put is one conditional PutObject. The SDK must not retry it: if a first
+// attempt landed and its answer was lost, the retry would get 412 against
+// our own write and report a loss. The protocol retries itself and
+// recognises its own writes by their nonce.
+func (r *S3Repository) put(ctx context.Context, op, key string, body []byte, meta map[string]string, ifMatch string, ifNoneMatch bool) (string, error) {
+	in := &s3.PutObjectInput{
+		Bucket:        &r.bucket,
+		Key:           &key,
+		Body:          bytes.NewReader(body),
+		ContentLength: aws.Int64(int64(len(body))),
+		ContentType:   aws.String("application/json"),
+		Metadata:      meta,
+	}
+	if ifNoneMatch {
+		in.IfNoneMatch = aws.String("*")
+	} else {
+		in.IfMatch = aws.String(ifMatch)
+	}
+	cctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	out, err := r.client.PutObject(cctx, in, r.count, func(o *s3.Options) { o.Retryer = aws.NopRetryer{} })
+	if err != nil {
+		return "", classify(op, key, err)
+	}
+	etag := normalizeETag(aws.ToString(out.ETag))
+	if etag == "" {
+		return "", &StorageError{Op: op, Key: key, Kind: ErrUnavailable, Err: errors.New("answer without ETag")}
+	}
+	return etag, nil
+}
+
+// Probe checks that the endpoint enforces conditional writes, on the key
+// <prefix>nodeid-probe.json: a second If-None-Match: * create and an If-Match
+// with a wrong ETag must both be refused, and an If-Match with the right ETag
+// must succeed. Several S3-compatible stores ignore the headers and answer
+// 200, which would give a lease two owners; on such a store Probe returns
+// ErrConditionalWritesNotEnforced. Probe objects are left in place (deleting
+// them would need a permission the leases do not).
+func (r *S3Repository) Probe(ctx context.Context) error {
+	key := r.prefix + ProbeKeySuffix
+	body := func() []byte { return []byte(fmt.Sprintf(`{"probe":%q}`, newNonce())) }
+	meta := map[string]string{"purpose": "nodeid conditional-write probe"}
+
+	// Make sure the object exists; a concurrent prober may create it first.
+	etag, err := r.put(ctx, "probe create", key, body(), meta, "", true)
+	if err != nil && !errors.Is(err, ErrPreconditionFailed) && !errors.Is(err, ErrConflict) {
+		return fmt.Errorf("probe: %w", err)
+	}
+	// A second create must be refused.
+	if _, err := r.put(ctx, "probe create", key, body(), meta, "", true); err == nil {
+		return fmt.Errorf("%w: a second PutObject with If-None-Match: * on %s succeeded", ErrConditionalWritesNotEnforced, key)
+	} else if !errors.Is(err, ErrPreconditionFailed) && !errors.Is(err, ErrConflict) {
+		return fmt.Errorf("probe: %w", err)
+	}
+	// A wrong ETag must be refused.
+	wrong := `"00000000000000000000000000000000"`
+	if _, err := r.put(ctx, "probe write", key, body(), meta, wrong, false); err == nil {
+		return fmt.Errorf("%w: PutObject with If-Match of a wrong ETag on %s succeeded", ErrConditionalWritesNotEnforced, key)
+	} else if !errors.Is(err, ErrPreconditionFailed) && !errors.Is(err, ErrConflict) {
+		return fmt.Errorf("probe: %w", err)
+	}
+	// The right ETag must be accepted. Another prober may write in between;
+	// read again and retry a few times.
+	for attempt := 0; attempt < 5; attempt++ {
+		if etag == "" || attempt > 0 {
+			cctx, cancel := context.WithTimeout(ctx, r.timeout)
+			head, herr := r.client.HeadObject(cctx, &s3.HeadObjectInput{Bucket: &r.bucket, Key: &key}, r.count)
+			cancel()
+			if herr != nil {
+				return fmt.Errorf("probe: %w", classify("probe head", key, herr))
+			}
+			etag = normalizeETag(aws.ToString(head.ETag))
+		}
+		_, err := r.put(ctx, "probe write", key, body(), meta, etag, false)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, ErrPreconditionFailed) && !errors.Is(err, ErrConflict) {
+			return fmt.Errorf("probe: %w", err)
+		}
+	}
+	return fmt.Errorf("probe: PutObject with If-Match of the current ETag of %s was refused 5 times", key)
+}
+
+// count is a per-operation option that counts every HTTP request sent.
+func (r *S3Repository) count(o *s3.Options) {
+	o.HTTPClient = countingClient{inner: o.HTTPClient, n: &r.requests}
+}
+
+type countingClient struct {
+	inner s3.HTTPClient
+	n     *atomic.Int64
+}
+
+func (c countingClient) Do(req *http.Request) (*http.Response, error) {
+	c.n.Add(1)
+	return c.inner.Do(req)
+}
+
+// classify maps an SDK error onto the storage error kinds.
+func classify(op, key string, err error) error {
+	se := &StorageError{Op: op, Key: key, Err: err, Kind: ErrUnavailable}
+	var re *awshttp.ResponseError
+	if errors.As(err, &re) {
+		se.Status = re.HTTPStatusCode()
+	}
+	var ae smithy.APIError
+	if errors.As(err, &ae) {
+		se.Code = ae.ErrorCode()
+	}
+	switch {
+	case se.Status == http.StatusPreconditionFailed || se.Code == "PreconditionFailed":
+		se.Kind = ErrPreconditionFailed
+	case se.Status == http.StatusNotFound || se.Code == "NoSuchKey" || se.Code == "NotFound":
+		se.Kind = ErrNotFound
+	case se.Status == http.StatusConflict || se.Code == "ConditionalRequestConflict":
+		se.Kind = ErrConflict
+	case se.Code == "SlowDown" || se.Status == http.StatusTooManyRequests:
+		se.Kind = ErrSlowDown
+	case se.Status == http.StatusForbidden || se.Status == http.StatusUnauthorized ||
+		se.Code == "InvalidAccessKeyId" || se.Code == "SignatureDoesNotMatch" || se.Code == "AccessDenied":
+		se.Kind = ErrAccessDenied
+	}
+	return se
+}
+
+// serverDate reads the Date header of an answer: the server's clock.
+func serverDate(md middleware.Metadata) time.Time {
+	if resp, ok := awsmiddleware.GetRawResponse(md).(*smithyhttp.Response); ok {
+		if t, err := http.ParseTime(resp.Header.Get("Date")); err == nil {
+			return t
+		}
+	}
+	return time.Time{}
+}
+
+func normalizeETag(e string) string {
+	if e == "" || strings.HasPrefix(e, `"`) {
+		return e
+	}
+	return `"` + e + `"`
+}
