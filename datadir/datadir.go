@@ -1,0 +1,557 @@
+// Package datadir prepares versioned data directories on shared storage.
+//
+// A task that holds node N under version K works in <root>/node-N/vK. The
+// version is the fencing token of the lease: a holder that lost its lease
+// without noticing may keep writing into its own directory, so its successor
+// never uses that directory. Instead, Prepare creates a fresh vK from the
+// newest earlier version that was completely prepared, and marks it complete
+// with a marker file written last. A directory without a valid marker is the
+// leftover of a crash and is redone, never used.
+//
+// Files are hard-linked where sharing them cannot hurt: all files when the
+// previous holder released its lease gracefully (it has stopped writing),
+// otherwise only files matching Options.Immutable. Everything else is copied,
+// because a stale holder may still write it.
+package datadir
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/nodeid/nodeid/nodeid"
+)
+
+// Errors returned by Prepare and Collect, wrapped with details; test them
+// with errors.Is.
+var (
+	// ErrInvalid reports invalid options or an invalid node instance. It is
+	// returned before anything on disk is touched.
+	ErrInvalid = errors.New("datadir: invalid argument")
+	// ErrRoot reports a root that is missing, not a directory or not writable.
+	ErrRoot = errors.New("datadir: unusable root")
+	// ErrVersionUsed reports that the target version already holds a valid
+	// marker. A version is handed out once; seeing it again means that two
+	// tasks believe they hold the same tenure, and neither may proceed.
+	ErrVersionUsed = errors.New("datadir: version already initialized")
+	// ErrUnsafeSymlink reports a symbolic link that is absolute or resolves
+	// outside the version directory that holds it.
+	ErrUnsafeSymlink = errors.New("datadir: symlink leaves the data directory")
+	// ErrValidation reports a copy that does not match its source. The target
+	// is left without a marker, so the next Prepare redoes it.
+	ErrValidation = errors.New("datadir: copy does not match its source")
+)
+
+// MarkerName is the file, at the top of a version directory, whose presence
+// and content make the directory valid.
+const MarkerName = "directory-initialized.json"
+
+const (
+	defaultKeep             = 2
+	defaultDirMode          = fs.FileMode(0o750)
+	defaultProgressInterval = 5 * time.Second
+	defaultWorkers          = 1
+	markerMode              = fs.FileMode(0o640)
+)
+
+// Options configure Prepare. The zero value is usable: copy everything except
+// the marker, keep two versions, create directories 0750.
+type Options struct {
+	// PreviousGraceful reports that the previous holder released its lease
+	// gracefully and so no longer writes into its directory. Every file is
+	// then hard-linked instead of copied.
+	PreviousGraceful bool
+
+	// Immutable lists patterns of files that are never modified after they
+	// are written (for example "snapshots/**"). They are hard-linked even
+	// after an ungraceful takeover. Patterns are slash-separated paths
+	// relative to the version directory; each segment is a path.Match
+	// pattern, and "**" matches any number of segments.
+	Immutable []string
+
+	// Skip lists patterns (same syntax) of files and directories that are not
+	// carried over, for example "runtime/**" or "**/*.lock". A matching
+	// directory is skipped with everything below it.
+	Skip []string
+
+	// VerifyContent makes validation compare every copied file byte by byte
+	// with its source instead of only checking presence and size. It reads
+	// both trees once more.
+	VerifyContent bool
+
+	// Keep is the number of valid versions that garbage collection keeps
+	// (besides the current one). Zero means 2; negative is invalid.
+	Keep int
+
+	// DirMode is the permission of the node and version directories that
+	// Prepare creates; zero means 0750. Copied subdirectories keep the mode
+	// of their source. It must include owner rwx.
+	DirMode fs.FileMode
+
+	// Workers is the number of files copied concurrently; zero means 1.
+	// More workers help on high-latency storage such as EFS.
+	Workers int
+
+	// Logger receives progress and decisions; nil means slog.Default().
+	Logger *slog.Logger
+
+	// ProgressInterval is how often progress (files and bytes done) is
+	// logged during a copy; zero means 5s.
+	ProgressInterval time.Duration
+}
+
+// Result describes what Prepare did.
+type Result struct {
+	// HasSource is false when no valid earlier version existed and the
+	// directory was created empty; Source is meaningful only when true.
+	HasSource bool
+	Source    nodeid.Version
+
+	FilesCopied int64 // regular files copied
+	BytesCopied int64
+	FilesLinked int64 // regular files hard-linked
+	BytesLinked int64
+	Symlinks    int64 // symbolic links recreated
+	Skipped     int64 // entries left out by Options.Skip or because they are not regular files
+
+	// Redone reports that the target existed without a valid marker (the
+	// leftover of a crashed preparation) and was removed first.
+	Redone bool
+
+	// Removed lists the directories removed by garbage collection.
+	Removed []string
+
+	Duration time.Duration
+}
+
+// config is Options validated and with defaults applied.
+type config struct {
+	graceful      bool
+	immutable     []pattern
+	skip          []pattern
+	verifyContent bool
+	keep          int
+	dirMode       fs.FileMode
+	workers       int
+	log           *slog.Logger
+	progress      time.Duration
+}
+
+func (o Options) config() (*config, error) {
+	c := &config{
+		graceful:      o.PreviousGraceful,
+		verifyContent: o.VerifyContent,
+		keep:          o.Keep,
+		dirMode:       o.DirMode,
+		workers:       o.Workers,
+		log:           o.Logger,
+		progress:      o.ProgressInterval,
+	}
+	var err error
+	if c.immutable, err = compilePatterns(o.Immutable); err != nil {
+		return nil, fmt.Errorf("%w: Immutable: %w", ErrInvalid, err)
+	}
+	if c.skip, err = compilePatterns(o.Skip); err != nil {
+		return nil, fmt.Errorf("%w: Skip: %w", ErrInvalid, err)
+	}
+	if c.keep, err = keepOrDefault(o.Keep); err != nil {
+		return nil, err
+	}
+	switch {
+	case c.dirMode == 0:
+		c.dirMode = defaultDirMode
+	case c.dirMode&^fs.ModePerm != 0:
+		return nil, fmt.Errorf("%w: DirMode %v has bits other than permissions", ErrInvalid, o.DirMode)
+	case c.dirMode&0o700 != 0o700:
+		return nil, fmt.Errorf("%w: DirMode %v lacks owner rwx", ErrInvalid, o.DirMode)
+	}
+	switch {
+	case c.workers == 0:
+		c.workers = defaultWorkers
+	case c.workers < 0:
+		return nil, fmt.Errorf("%w: Workers %d is negative", ErrInvalid, o.Workers)
+	}
+	switch {
+	case c.progress == 0:
+		c.progress = defaultProgressInterval
+	case c.progress < 0:
+		return nil, fmt.Errorf("%w: ProgressInterval %v is negative", ErrInvalid, o.ProgressInterval)
+	}
+	if c.log == nil {
+		c.log = slog.Default()
+	}
+	return c, nil
+}
+
+func keepOrDefault(keep int) (int, error) {
+	switch {
+	case keep == 0:
+		return defaultKeep, nil
+	case keep < 0:
+		return 0, fmt.Errorf("%w: Keep %d is negative (minimum 1, 0 means %d)", ErrInvalid, keep, defaultKeep)
+	}
+	return keep, nil
+}
+
+func checkInstance(inst nodeid.NodeInstance) error {
+	if inst.ID < 0 || inst.Version < 0 {
+		return fmt.Errorf("%w: %v has a negative id or version", ErrInvalid, inst)
+	}
+	return nil
+}
+
+// Dir returns the directory of inst under root: <root>/node-<ID>/v<Version>.
+func Dir(root string, inst nodeid.NodeInstance) string {
+	return filepath.Join(root, nodeDirName(inst.ID), versionDirName(inst.Version))
+}
+
+func nodeDirName(id int) string              { return "node-" + strconv.Itoa(id) }
+func versionDirName(v nodeid.Version) string { return "v" + strconv.FormatInt(int64(v), 10) }
+
+// parseVersionDirName accepts only the canonical form written by
+// versionDirName ("v7", not "v07"), so one version has one directory.
+func parseVersionDirName(name string) (nodeid.Version, bool) {
+	if len(name) < 2 || name[0] != 'v' || (len(name) > 2 && name[1] == '0') {
+		return 0, false
+	}
+	for _, c := range name[1:] {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+	}
+	v, err := strconv.ParseInt(name[1:], 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	return nodeid.Version(v), true
+}
+
+// Prepare returns the data directory of inst under root, creating it from the
+// newest valid earlier version of the same node (or empty if there is none),
+// and then removes old versions as Collect does.
+//
+// It fails with ErrVersionUsed if the directory is already initialized: a
+// directory is prepared once, by the task that acquired the version. A
+// directory without a valid marker is removed and prepared again. The marker
+// is written only after the copy is validated and flushed to storage, so a
+// crash at any point leaves either no marker or a complete copy.
+//
+// Garbage collection failures are logged, not returned: the directory is
+// ready by then and a cleanup problem must not keep the node from starting.
+func Prepare(ctx context.Context, root string, inst nodeid.NodeInstance, opts Options) (string, Result, error) {
+	start := time.Now()
+	cfg, err := opts.config()
+	if err != nil {
+		return "", Result{}, err
+	}
+	if err := checkInstance(inst); err != nil {
+		return "", Result{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return "", Result{}, err
+	}
+	rootDir, err := openRoot(root)
+	if err != nil {
+		return "", Result{}, err
+	}
+	defer rootDir.Close()
+	node, err := openNodeDir(rootDir, nodeDirName(inst.ID), cfg.dirMode, true)
+	if err != nil {
+		return "", Result{}, err
+	}
+	defer node.Close()
+
+	log := cfg.log.With("node", inst.ID, "version", int64(inst.Version))
+	dir := Dir(root, inst)
+	target := versionDirName(inst.Version)
+	var res Result
+
+	// The target may exist: initialized (refuse), or a crash leftover (redo).
+	switch st, err := inspect(node, target, inst.Version); {
+	case err != nil:
+		return "", Result{}, err
+	case st == stateValid:
+		return "", Result{}, fmt.Errorf("%w: %s", ErrVersionUsed, dir)
+	case st == stateInvalid:
+		log.Warn("datadir: removing leftovers of an interrupted preparation", "dir", dir)
+		if err := node.RemoveAll(target); err != nil {
+			return "", Result{}, fmt.Errorf("datadir: removing leftovers %s: %w", dir, err)
+		}
+		res.Redone = true
+	}
+
+	src, found, err := newestValidBelow(node, inst.Version)
+	if err != nil {
+		return "", Result{}, err
+	}
+	if err := node.Mkdir(target, cfg.dirMode); err != nil {
+		return "", Result{}, fmt.Errorf("datadir: creating %s: %w", dir, err)
+	}
+	// Mkdir is subject to the umask; the mode is part of the contract.
+	if err := node.Chmod(target, cfg.dirMode); err != nil {
+		return "", Result{}, fmt.Errorf("datadir: %w", err)
+	}
+
+	var from *nodeid.Version
+	if found {
+		res.HasSource, res.Source, from = true, src, &src
+		log.Info("datadir: preparing from previous version", "source", int64(src), "graceful", cfg.graceful)
+		srcName := versionDirName(src)
+		t := &tree{
+			ctx: ctx, cfg: cfg, log: log, node: node,
+			src: srcName, dst: target,
+			dstPath: dir,
+		}
+		if err := t.copyAndValidate(&res); err != nil {
+			return "", Result{}, err
+		}
+		// The copy keeps the source's top-level mode; restore ours.
+		if err := node.Chmod(target, cfg.dirMode); err != nil {
+			return "", Result{}, fmt.Errorf("datadir: %w", err)
+		}
+	} else {
+		log.Info("datadir: no valid previous version, starting empty")
+	}
+
+	// Everything below the marker must be durable before the marker is.
+	if err := syncTree(node, target); err != nil {
+		return "", Result{}, fmt.Errorf("datadir: flushing %s: %w", dir, err)
+	}
+	m := Marker{InitializedAt: time.Now().UTC(), Version: inst.Version, InitializedFrom: from}
+	if err := writeMarker(node, target, m); err != nil {
+		return "", Result{}, fmt.Errorf("datadir: writing marker in %s: %w", dir, err)
+	}
+
+	removed, err := collect(ctx, node, filepath.Join(root, nodeDirName(inst.ID)), inst.Version, cfg.keep, log)
+	res.Removed = removed
+	if err != nil {
+		log.Warn("datadir: garbage collection failed", "err", err)
+	}
+	res.Duration = time.Since(start)
+	log.Info("datadir: prepared", "dir", dir,
+		"filesCopied", res.FilesCopied, "bytesCopied", res.BytesCopied,
+		"filesLinked", res.FilesLinked, "bytesLinked", res.BytesLinked,
+		"removed", len(res.Removed), "duration", res.Duration)
+	return dir, res, nil
+}
+
+// Collect removes old versions of inst's node: it keeps the newest keep valid
+// versions (zero means 2) and inst's own version, and removes every other
+// directory below inst's version, valid or not. Nothing at or above inst's
+// version is touched: a newer directory may be being prepared by the task
+// that holds the node now. It returns the removed directories.
+func Collect(ctx context.Context, root string, inst nodeid.NodeInstance, keep int) ([]string, error) {
+	keep, err := keepOrDefault(keep)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkInstance(inst); err != nil {
+		return nil, err
+	}
+	rootDir, err := openRoot(root)
+	if err != nil {
+		return nil, err
+	}
+	defer rootDir.Close()
+	node, err := openNodeDir(rootDir, nodeDirName(inst.ID), 0, false)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer node.Close()
+	log := slog.Default().With("node", inst.ID, "version", int64(inst.Version))
+	return collect(ctx, node, filepath.Join(root, nodeDirName(inst.ID)), inst.Version, keep, log)
+}
+
+// openRoot checks root up front so that a misconfigured mount gives one clear
+// error instead of a failure somewhere inside the copy.
+func openRoot(root string) (*os.Root, error) {
+	if root == "" {
+		return nil, fmt.Errorf("%w: empty path", ErrRoot)
+	}
+	fi, err := os.Stat(root)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("%w: %s does not exist", ErrRoot, root)
+	case err != nil:
+		return nil, fmt.Errorf("%w: %w", ErrRoot, err)
+	case !fi.IsDir():
+		return nil, fmt.Errorf("%w: %s is not a directory", ErrRoot, root)
+	}
+	if err := checkWritable(root); err != nil {
+		return nil, fmt.Errorf("%w: %s is not writable: %w", ErrRoot, root, err)
+	}
+	r, err := os.OpenRoot(root)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrRoot, err)
+	}
+	return r, nil
+}
+
+// openNodeDir opens <root>/node-N as a confined root, so that no path used
+// later can leave it. A symlink in its place is refused: it could point
+// anywhere.
+func openNodeDir(root *os.Root, name string, mode fs.FileMode, create bool) (*os.Root, error) {
+	if create {
+		switch err := root.Mkdir(name, mode); {
+		case err == nil:
+			if err := root.Chmod(name, mode); err != nil {
+				return nil, fmt.Errorf("datadir: %w", err)
+			}
+		case !errors.Is(err, fs.ErrExist):
+			return nil, fmt.Errorf("datadir: creating %s: %w", name, err)
+		}
+	}
+	fi, err := root.Lstat(name)
+	if err != nil {
+		return nil, fmt.Errorf("datadir: %w", err)
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("%w: %s is not a directory (%v)", ErrUnsafeSymlink, name, fi.Mode().Type())
+	}
+	r, err := root.OpenRoot(name)
+	if err != nil {
+		return nil, fmt.Errorf("datadir: %w", err)
+	}
+	return r, nil
+}
+
+type dirState int
+
+const (
+	stateMissing dirState = iota
+	stateInvalid          // present, but no valid marker: leftover of a crash
+	stateValid
+)
+
+// inspect classifies the entry name of the node directory as the directory of
+// version v. An error means the state could not be established (for example
+// an I/O error reading the marker); callers then must not remove anything.
+func inspect(node *os.Root, name string, v nodeid.Version) (dirState, error) {
+	fi, err := node.Lstat(name)
+	if errors.Is(err, fs.ErrNotExist) {
+		return stateMissing, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("datadir: %w", err)
+	}
+	if !fi.IsDir() {
+		// A symlink or file named like a version was not made by Prepare.
+		return stateInvalid, nil
+	}
+	_, err = readMarker(node, name, v)
+	switch {
+	case err == nil:
+		return stateValid, nil
+	case errors.Is(err, errBadMarker):
+		return stateInvalid, nil
+	}
+	return 0, err
+}
+
+// versionDirs lists the version directories of node in descending order.
+func versionDirs(node *os.Root) ([]nodeid.Version, error) {
+	entries, err := fs.ReadDir(node.FS(), ".")
+	if err != nil {
+		return nil, fmt.Errorf("datadir: listing versions: %w", err)
+	}
+	var vs []nodeid.Version
+	for _, e := range entries {
+		if v, ok := parseVersionDirName(e.Name()); ok {
+			vs = append(vs, v)
+		}
+	}
+	// Descending: the newest first.
+	for i := 1; i < len(vs); i++ {
+		for j := i; j > 0 && vs[j] > vs[j-1]; j-- {
+			vs[j], vs[j-1] = vs[j-1], vs[j]
+		}
+	}
+	return vs, nil
+}
+
+// newestValidBelow finds the source of a copy. An unreadable marker is an
+// error rather than a reason to fall back to an older version: silently
+// starting from older data would lose what the newer version holds.
+func newestValidBelow(node *os.Root, v nodeid.Version) (nodeid.Version, bool, error) {
+	vs, err := versionDirs(node)
+	if err != nil {
+		return 0, false, err
+	}
+	for _, cand := range vs {
+		if cand >= v {
+			continue
+		}
+		st, err := inspect(node, versionDirName(cand), cand)
+		if err != nil {
+			return 0, false, err
+		}
+		if st == stateValid {
+			return cand, true, nil
+		}
+	}
+	return 0, false, nil
+}
+
+// collect implements Collect on an open node directory; nodePath is only for
+// messages.
+func collect(ctx context.Context, node *os.Root, nodePath string, current nodeid.Version, keep int, log *slog.Logger) ([]string, error) {
+	vs, err := versionDirs(node)
+	if err != nil {
+		return nil, err
+	}
+	var (
+		removed []string
+		errs    []error
+		valid   int // valid versions seen so far, newest first
+	)
+	for _, v := range vs {
+		if err := ctx.Err(); err != nil {
+			return removed, err
+		}
+		name := versionDirName(v)
+		st, err := inspect(node, name, v)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if st == stateValid {
+			valid++
+		}
+		if v >= current || (st == stateValid && valid <= keep) {
+			continue
+		}
+		if err := removeVersion(node, name, st == stateValid); err != nil {
+			errs = append(errs, fmt.Errorf("datadir: removing %s: %w", name, err))
+			continue
+		}
+		p := filepath.Join(nodePath, name)
+		log.Info("datadir: removed old version", "dir", p, "wasValid", st == stateValid)
+		removed = append(removed, p)
+	}
+	return removed, errors.Join(errs...)
+}
+
+// removeVersion deletes the marker first, durably, so that a crash halfway
+// through the removal cannot leave a half-deleted directory that still looks
+// valid and would be chosen as a copy source.
+func removeVersion(node *os.Root, name string, valid bool) error {
+	if valid {
+		if err := node.Remove(path.Join(name, MarkerName)); err != nil {
+			return err
+		}
+		if err := syncDir(node, name); err != nil {
+			return err
+		}
+	}
+	return node.RemoveAll(name)
+}

@@ -1,0 +1,334 @@
+package datadir
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/otiai10/copy"
+)
+
+// Test hooks; nil outside tests.
+var (
+	testHookFile           func(rel string) // before each regular file is copied or linked
+	testHookBeforeValidate func(dir string)
+)
+
+// tree copies one version directory of a node to another and validates the
+// result. All paths are relative to the node directory or to the two
+// version directories, opened as os.Root: reads through a symlink that leads
+// out of the source fail instead of following it.
+type tree struct {
+	ctx      context.Context
+	cfg      *config
+	log      *slog.Logger
+	node     *os.Root
+	src, dst string // version directory names in node
+	dstPath  string // dst as a path, for otiai10/copy
+
+	srcRoot, dstRoot *os.Root
+
+	filesCopied, bytesCopied atomic.Int64
+	filesLinked, bytesLinked atomic.Int64
+	symlinks, skipped        atomic.Int64
+}
+
+// action is what happens to one entry of the source tree. Copy and
+// validation classify entries with the same function, so they cannot
+// disagree about what the target must contain.
+type action int
+
+const (
+	actSkip    action = iota // left out by configuration
+	actSpecial               // not a regular file, directory or symlink: left out
+	actDir
+	actSymlink
+	actLink // hard link
+	actCopy
+)
+
+func (t *tree) classify(rel string, mode fs.FileMode) action {
+	switch {
+	case rel == MarkerName:
+		// The target gets its own marker, written last.
+		return actSkip
+	case matchAny(t.cfg.skip, rel):
+		return actSkip
+	case mode.IsDir():
+		return actDir
+	case mode&fs.ModeSymlink != 0:
+		return actSymlink
+	case !mode.IsRegular():
+		return actSpecial
+	case t.cfg.graceful || matchAny(t.cfg.immutable, rel):
+		// Safe to share: nobody writes the source file any more.
+		return actLink
+	}
+	return actCopy
+}
+
+func (t *tree) copyAndValidate(res *Result) (err error) {
+	if t.srcRoot, err = t.node.OpenRoot(t.src); err != nil {
+		return fmt.Errorf("datadir: %w", err)
+	}
+	defer t.srcRoot.Close()
+	if t.dstRoot, err = t.node.OpenRoot(t.dst); err != nil {
+		return fmt.Errorf("datadir: %w", err)
+	}
+	defer t.dstRoot.Close()
+
+	stop := t.logProgress()
+	err = copy.Copy(".", t.dstPath, copy.Options{
+		// Reading through the confined root means a symlink swapped in
+		// behind our back cannot make us read outside the source.
+		FS:   t.srcRoot.FS(),
+		Skip: t.skip,
+		// Symlinks are recreated by skip after a safety check; should one
+		// still reach the library, it must not be followed.
+		OnSymlink:     func(string) copy.SymlinkAction { return copy.Skip },
+		PreserveTimes: true,
+		NumOfWorkers:  int64(t.cfg.workers),
+		// CopyBufferSize stays 0: with a buffer the library hides
+		// (*os.File).ReadFrom, and io.Copy then loses copy_file_range(2) and
+		// moves every byte through user space.
+	})
+	stop()
+	res.FilesCopied, res.BytesCopied = t.filesCopied.Load(), t.bytesCopied.Load()
+	res.FilesLinked, res.BytesLinked = t.filesLinked.Load(), t.bytesLinked.Load()
+	res.Symlinks, res.Skipped = t.symlinks.Load(), t.skipped.Load()
+	if err != nil {
+		return fmt.Errorf("datadir: copying %s to %s: %w", t.src, t.dst, err)
+	}
+	if testHookBeforeValidate != nil {
+		testHookBeforeValidate(t.dstPath)
+	}
+	return t.validate()
+}
+
+// skip is the copy.Options.Skip callback, called for every entry before it
+// is copied. It does the work the library must not do: leaving entries out,
+// hard-linking and recreating symlinks. It returns false only for
+// directories and files the library should copy.
+func (t *tree) skip(info os.FileInfo, src, dest string) (bool, error) {
+	if err := t.ctx.Err(); err != nil {
+		return true, err
+	}
+	rel := filepath.ToSlash(src)
+	switch t.classify(rel, info.Mode()) {
+	case actSkip:
+		t.skipped.Add(1)
+		return true, nil
+	case actSpecial:
+		t.skipped.Add(1)
+		t.log.Warn("datadir: leaving out a special file", "path", rel, "type", info.Mode().Type().String())
+		return true, nil
+	case actDir:
+		return false, nil
+	case actSymlink:
+		target, err := t.srcRoot.Readlink(rel)
+		if err != nil {
+			return true, err
+		}
+		if err := checkSymlink(t.srcRoot, rel, target); err != nil {
+			return true, err
+		}
+		if err := t.dstRoot.Symlink(target, rel); err != nil {
+			return true, err
+		}
+		t.symlinks.Add(1)
+		return true, nil
+	case actLink:
+		if testHookFile != nil {
+			testHookFile(rel)
+		}
+		if err := t.node.Link(path.Join(t.src, rel), path.Join(t.dst, rel)); err != nil {
+			return true, err
+		}
+		t.filesLinked.Add(1)
+		t.bytesLinked.Add(info.Size())
+		return true, nil
+	default: // actCopy
+		if testHookFile != nil {
+			testHookFile(rel)
+		}
+		t.filesCopied.Add(1)
+		t.bytesCopied.Add(info.Size())
+		return false, nil
+	}
+}
+
+// checkSymlink refuses a link that is absolute or resolves outside the
+// version directory r. A link that stays inside is harmless to recreate: it
+// points into the new directory, not the old one. A dangling link is
+// accepted if it stays inside lexically: os.Root reports an escape before it
+// reports a missing file, so a dangling link cannot hide an escape.
+func checkSymlink(r *os.Root, rel, target string) error {
+	bad := func(why string) error {
+		return fmt.Errorf("%w: %s -> %s: %s", ErrUnsafeSymlink, rel, target, why)
+	}
+	if target == "" || filepath.IsAbs(target) {
+		return bad("absolute or empty")
+	}
+	joined := path.Join(path.Dir(rel), filepath.ToSlash(target))
+	if joined == ".." || strings.HasPrefix(joined, "../") {
+		return bad("points above the data directory")
+	}
+	// Resolution can escape where the lexical path does not (a/.. after a
+	// symlink a -> .); os.Root follows the chain and refuses to leave r.
+	_, err := r.Stat(rel)
+	if err == nil || errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return bad(err.Error())
+}
+
+// logProgress logs files and bytes done at the configured interval until
+// the returned function is called.
+func (t *tree) logProgress() (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	start := time.Now()
+	wg.Go(func() {
+		tick := time.NewTicker(t.cfg.progress)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				t.log.Info("datadir: copying",
+					"filesCopied", t.filesCopied.Load(), "bytesCopied", t.bytesCopied.Load(),
+					"filesLinked", t.filesLinked.Load(), "bytesLinked", t.bytesLinked.Load(),
+					"elapsed", time.Since(start).Round(time.Millisecond))
+			}
+		}
+	})
+	return func() { close(done); wg.Wait() }
+}
+
+// validate walks the source again and checks that everything that should
+// have been carried over is in the target: directories, symlinks with the
+// same target, hard links to the same inode, copies with the same size (and
+// content, if configured). A source changed by a stale holder after it was
+// copied fails validation; the target then gets no marker.
+func (t *tree) validate() error {
+	return fs.WalkDir(t.srcRoot.FS(), ".", func(rel string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if err := t.ctx.Err(); err != nil {
+			return err
+		}
+		if rel == "." {
+			return nil
+		}
+		bad := func(format string, args ...any) error {
+			return fmt.Errorf("%w: %s: %s", ErrValidation, rel, fmt.Sprintf(format, args...))
+		}
+		act := t.classify(rel, d.Type())
+		if act == actSkip || act == actSpecial {
+			if d.IsDir() {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		di, err := t.dstRoot.Lstat(rel)
+		if errors.Is(err, fs.ErrNotExist) {
+			return bad("missing in the target")
+		}
+		if err != nil {
+			return err
+		}
+		if di.Mode().Type() != d.Type() {
+			return bad("type %v in the target, %v in the source", di.Mode().Type(), d.Type())
+		}
+		switch act {
+		case actSymlink:
+			st, err := t.srcRoot.Readlink(rel)
+			if err != nil {
+				return err
+			}
+			dt, err := t.dstRoot.Readlink(rel)
+			if err != nil {
+				return err
+			}
+			if st != dt {
+				return bad("link target %q in the target, %q in the source", dt, st)
+			}
+		case actLink, actCopy:
+			si, err := d.Info()
+			if err != nil {
+				return err
+			}
+			if act == actLink {
+				if !os.SameFile(si, di) {
+					return bad("not a hard link to the source")
+				}
+				return nil
+			}
+			if os.SameFile(si, di) {
+				// Sharing a mutable file with a stale holder is the one
+				// thing a copy must never do.
+				return bad("shares its inode with the source")
+			}
+			if si.Size() != di.Size() {
+				return bad("size %d in the target, %d in the source", di.Size(), si.Size())
+			}
+			if t.cfg.verifyContent {
+				same, err := sameContent(t.srcRoot, t.dstRoot, rel)
+				if err != nil {
+					return err
+				}
+				if !same {
+					return bad("content differs")
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// sameContent compares a file in two roots byte by byte: as much I/O as a
+// checksum of both, and no collisions.
+func sameContent(a, b *os.Root, rel string) (bool, error) {
+	fa, err := a.Open(rel)
+	if err != nil {
+		return false, err
+	}
+	defer fa.Close()
+	fb, err := b.Open(rel)
+	if err != nil {
+		return false, err
+	}
+	defer fb.Close()
+	const chunk = 1 << 20
+	ba, bb := make([]byte, chunk), make([]byte, chunk)
+	for {
+		na, erra := io.ReadFull(fa, ba)
+		nb, errb := io.ReadFull(fb, bb)
+		if !bytes.Equal(ba[:na], bb[:nb]) {
+			return false, nil
+		}
+		endA := erra == io.EOF || erra == io.ErrUnexpectedEOF
+		endB := errb == io.EOF || errb == io.ErrUnexpectedEOF
+		switch {
+		case erra != nil && !endA:
+			return false, erra
+		case errb != nil && !endB:
+			return false, errb
+		case endA || endB:
+			return endA && endB, nil
+		}
+	}
+}
