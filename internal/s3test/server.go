@@ -17,9 +17,10 @@
 //   - ETags are quoted hex MD5 ("\"5d41...\"") on both, in PutObject,
 //     HeadObject and ListObjectsV2. Both accept If-Match with or without
 //     the quotes.
-//   - Last-Modified: the HTTP header (HeadObject) has second granularity on
-//     both. In ListObjectsV2, gofakes3 reports milliseconds and VersityGW
-//     whole seconds... see TestLastModifiedGranularity for what is asserted.
+//   - Last-Modified: the HTTP header (HeadObject) has whole seconds on both.
+//     In ListObjectsV2 gofakes3 reports milliseconds, VersityGW whole
+//     seconds (AWS S3 reports milliseconds). ETags depend on the content
+//     only: rewriting the same body gives the same ETag.
 //   - Date: both send a Date header (second granularity). For the fake it
 //     follows WithServerClock; VersityGW uses the host's real clock.
 //   - User metadata keys come back lowercase on both (x-amz-meta-taskid),
