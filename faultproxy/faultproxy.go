@@ -39,8 +39,8 @@ import (
 // Latency and StripConditional apply to every matching request. The
 // failing faults (Reset, Blackhole, Status, DropResponse) apply to a
 // fraction Probability of them; when several are set, the first in that
-// order wins, except that DropResponse combines with none of the others
-// because it needs the request forwarded.
+// order wins. Latency comes first, and StripConditional combines with
+// DropResponse (both act on forwarded requests).
 type Fault struct {
 	// Methods limits the fault to requests with these HTTP methods, e.g.
 	// []string{"PUT"}. Empty means every request.
