@@ -1,0 +1,179 @@
+package nodeid_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/nodeid/nodeid/internal/s3test"
+	"github.com/nodeid/nodeid/nodeid"
+)
+
+func TestMain(m *testing.M) { s3test.VersityMain(m) }
+
+const testPrefix = "cluster-a/"
+
+// forEachServer runs f against the in-process gofakes3 and a real VersityGW.
+func forEachServer(t *testing.T, f func(t *testing.T, srv *s3test.Server)) {
+	t.Run("gofakes3", func(t *testing.T) { f(t, s3test.NewFake(t)) })
+	t.Run("versitygw", func(t *testing.T) { f(t, s3test.StartVersity(t)) })
+}
+
+// newRepo returns a repository on srv's bucket through endpoint (srv.URL
+// when empty), built the way production builds it.
+func newRepo(t testing.TB, srv *s3test.Server, endpoint string) *nodeid.S3Repository {
+	t.Helper()
+	if endpoint == "" {
+		endpoint = srv.URL
+	}
+	client, err := nodeid.NewS3Client(context.Background(), nodeid.S3Config{
+		Endpoint: endpoint, Region: srv.Region, PathStyle: true,
+		AccessKey: srv.AccessKey, SecretKey: srv.SecretKey,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo, err := nodeid.NewS3Repository(client, srv.Bucket, testPrefix, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return repo
+}
+
+// lossRecorder collects OnLost calls.
+type lossRecorder struct {
+	mu   sync.Mutex
+	errs []error
+	at   []time.Time
+	ch   chan error
+}
+
+func newLossRecorder() *lossRecorder { return &lossRecorder{ch: make(chan error, 100)} }
+
+func (r *lossRecorder) onLost(err error) {
+	r.mu.Lock()
+	r.errs = append(r.errs, err)
+	r.at = append(r.at, time.Now())
+	r.mu.Unlock()
+	r.ch <- err
+}
+
+func (r *lossRecorder) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.errs)
+}
+
+// fastConfig is a configuration with short timings for real-clock tests:
+// L=2s, R=500ms, m=400ms, T=400ms.
+func fastConfig(t testing.TB, taskID string, size int, lost *lossRecorder) nodeid.Config {
+	cfg := nodeid.Config{
+		TaskID:         taskID,
+		ClusterSize:    size,
+		LeaseDuration:  2 * time.Second,
+		RenewInterval:  500 * time.Millisecond,
+		SafetyMargin:   400 * time.Millisecond,
+		RequestTimeout: 400 * time.Millisecond,
+		PollInterval:   100 * time.Millisecond,
+		Logger:         testLogger(t),
+	}
+	if lost != nil {
+		cfg.OnLost = lost.onLost
+	} else {
+		cfg.OnLost = func(err error) { t.Errorf("%s lost its lease unexpectedly: %v", taskID, err) }
+	}
+	return cfg
+}
+
+func newProvider(t testing.TB, repo nodeid.Repository, cfg nodeid.Config) *nodeid.Provider {
+	t.Helper()
+	p, err := nodeid.NewProvider(repo, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = p.Close(ctx)
+	})
+	return p
+}
+
+func acquire(t testing.TB, p *nodeid.Provider, timeout time.Duration) nodeid.NodeInstance {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	inst, err := p.Acquire(ctx)
+	if err != nil {
+		t.Fatalf("acquire: %v", err)
+	}
+	return inst
+}
+
+// testLogger writes the provider's log lines to the test log, so they show
+// for failing tests and under -v only. NODEID_TEST_LOG=1 prints them live.
+func testLogger(t testing.TB) *slog.Logger {
+	var w io.Writer = testWriter{t}
+	if os.Getenv("NODEID_TEST_LOG") != "" {
+		w = os.Stderr
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(b), "\n"))
+	return len(b), nil
+}
+
+// putRaw writes an object unconditionally, as an operator or a chaos script
+// would, bypassing the protocol.
+func putRaw(t testing.TB, srv *s3test.Server, key, body string, meta map[string]string) {
+	t.Helper()
+	_, err := srv.Client(t).PutObject(context.Background(), &s3.PutObjectInput{
+		Bucket: aws.String(srv.Bucket), Key: aws.String(key),
+		Body: strings.NewReader(body), Metadata: meta,
+	})
+	if err != nil {
+		t.Fatalf("put %s: %v", key, err)
+	}
+}
+
+func deleteRaw(t testing.TB, srv *s3test.Server, key string) {
+	t.Helper()
+	if _, err := srv.Client(t).DeleteObject(context.Background(), &s3.DeleteObjectInput{
+		Bucket: aws.String(srv.Bucket), Key: aws.String(key),
+	}); err != nil {
+		t.Fatalf("delete %s: %v", key, err)
+	}
+}
+
+// foreignLease is the body of a lease written by someone else, as the chaos
+// lease-overwrite experiment writes it.
+func foreignLease(task string, id int, version int64) (string, map[string]string) {
+	body := fmt.Sprintf(`{"taskId":%q,"timestamp":%d,"nodeInstance":{"id":%d,"version":%d},"knownVersionMappings":{"mappingsByNodeId":{}}}`,
+		task, time.Now().Add(time.Hour).UnixMilli(), id, version)
+	return body, map[string]string{"taskid": task, "version": fmt.Sprint(version), "acquirable": "true"}
+}
+
+// waitFor polls cond every 10ms until it holds or timeout passes.
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -1,0 +1,469 @@
+package nodeid_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nodeid/nodeid/clock"
+	"github.com/nodeid/nodeid/internal/s3test"
+	"github.com/nodeid/nodeid/nodeid"
+)
+
+func TestRacingProvidersGetDistinctIDs(t *testing.T) {
+	for _, n := range []int{10, 50} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			forEachServer(t, func(t *testing.T, srv *s3test.Server) {
+				repo := newRepo(t, srv, "")
+				providers := make([]*nodeid.Provider, n)
+				for i := range providers {
+					providers[i] = newProvider(t, repo, fastConfig(t, fmt.Sprintf("task-%d", i), n, nil))
+				}
+				got := make([]nodeid.NodeInstance, n)
+				errs := make([]error, n)
+				var wg sync.WaitGroup
+				start := make(chan struct{})
+				for i, p := range providers {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						<-start
+						ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+						defer cancel()
+						got[i], errs[i] = p.Acquire(ctx)
+					}()
+				}
+				close(start)
+				wg.Wait()
+				seen := map[int]string{}
+				for i, inst := range got {
+					if errs[i] != nil {
+						t.Fatalf("task-%d: %v", i, errs[i])
+					}
+					if other, dup := seen[inst.ID]; dup {
+						t.Fatalf("node %d acquired by task-%d and %s", inst.ID, i, other)
+					}
+					seen[inst.ID] = fmt.Sprintf("task-%d", i)
+					if inst.Version != 1 || inst.ID < 0 || inst.ID >= n {
+						t.Errorf("task-%d got %v, want version 1 of an ID in 0..%d", i, inst, n-1)
+					}
+					if !providers[i].Valid() {
+						t.Errorf("task-%d: lease not valid right after acquisition", i)
+					}
+				}
+				t.Logf("%d providers: %d requests in all", n, repo.Requests())
+			})
+		})
+	}
+}
+
+func TestWaiterTakesReleasedIDAtOnce(t *testing.T) {
+	forEachServer(t, func(t *testing.T, srv *s3test.Server) {
+		repo := newRepo(t, srv, "")
+		holders := make([]*nodeid.Provider, 3)
+		for i := range holders {
+			holders[i] = newProvider(t, repo, fastConfig(t, fmt.Sprintf("holder-%d", i), 3, nil))
+			acquire(t, holders[i], 10*time.Second)
+		}
+		waiter := newProvider(t, repo, fastConfig(t, "waiter", 3, nil))
+		type result struct {
+			inst nodeid.NodeInstance
+			err  error
+			at   time.Time
+		}
+		done := make(chan result, 1)
+		go func() {
+			inst, err := waiter.Acquire(context.Background())
+			done <- result{inst, err, time.Now()}
+		}()
+		select {
+		case r := <-done:
+			t.Fatalf("waiter acquired %v (err %v) while every ID was held", r.inst, r.err)
+		case <-time.After(700 * time.Millisecond):
+		}
+
+		released := holders[1].Instance()
+		closedAt := time.Now()
+		if err := holders[1].Close(context.Background()); err != nil {
+			t.Fatalf("close: %v", err)
+		}
+		r := <-done
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		want := nodeid.NodeInstance{ID: released.ID, Version: released.Version + 1}
+		if r.inst != want {
+			t.Fatalf("waiter got %v, want %v", r.inst, want)
+		}
+		// "At once": well before the lease could have expired.
+		if took := r.at.Sub(closedAt); took >= fastConfig(t, "", 1, nil).LeaseDuration {
+			t.Errorf("waiter took %v after the release, as long as an expiry", took)
+		}
+		if !waiter.PreviousGracefullyShutdown() {
+			t.Error("PreviousGracefullyShutdown = false after a release")
+		}
+		if holders[1].Valid() || !errors.Is(holders[1].Err(), nodeid.ErrClosed) {
+			t.Errorf("closed holder: Valid=%v Err=%v", holders[1].Valid(), holders[1].Err())
+		}
+	})
+}
+
+func TestCloseReleasesKeepingTheVersion(t *testing.T) {
+	forEachServer(t, func(t *testing.T, srv *s3test.Server) {
+		repo := newRepo(t, srv, "")
+		p := newProvider(t, repo, fastConfig(t, "t1", 1, nil))
+		inst := acquire(t, p, 5*time.Second)
+		if err := p.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		rec, err := repo.Get(context.Background(), inst.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Size != 0 || rec.Lease.Held() || !rec.Lease.Acquirable || rec.Lease.Instance.Version != inst.Version {
+			t.Fatalf("after release: size %d lease %+v, want an empty acquirable lease of version %d", rec.Size, rec.Lease, inst.Version)
+		}
+		select {
+		case <-p.Done():
+		default:
+			t.Fatal("Done not closed after Close")
+		}
+	})
+}
+
+func TestRenewalKeepsTheLeaseBeyondItsDuration(t *testing.T) {
+	forEachServer(t, func(t *testing.T, srv *s3test.Server) {
+		repo := newRepo(t, srv, "")
+		p := newProvider(t, repo, fastConfig(t, "t1", 1, nil))
+		inst := acquire(t, p, 5*time.Second)
+		first, err := repo.Get(context.Background(), inst.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(3 * time.Second) // 1.5 lease durations
+		if !p.Valid() {
+			t.Fatalf("lease not valid after 1.5 lease durations of renewals: %v", p.Err())
+		}
+		if s := p.Stats(); s.Renewals < 3 {
+			t.Errorf("%d renewals in 3s with a 500ms interval", s.Renewals)
+		}
+		now, err := repo.Get(context.Background(), inst.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if now.ETag == first.ETag || now.Lease.Nonce == first.Lease.Nonce {
+			t.Error("renewals did not change the object")
+		}
+		if now.Lease.TaskID != "t1" || now.Lease.Instance != inst || now.Lease.Duration != 2*time.Second {
+			t.Errorf("renewed lease %+v", now.Lease)
+		}
+		// A candidate sees a live lease and cannot take it.
+		c := newProvider(t, repo, withAcquireTimeout(fastConfig(t, "candidate", 1, nil), 2500*time.Millisecond))
+		if _, err := c.Acquire(context.Background()); !errors.Is(err, nodeid.ErrAcquireTimeout) {
+			t.Fatalf("candidate: %v, want ErrAcquireTimeout", err)
+		}
+	})
+}
+
+func withAcquireTimeout(c nodeid.Config, d time.Duration) nodeid.Config {
+	c.AcquireTimeout = d
+	return c
+}
+
+func TestOutsideOverwriteLosesWithinOneRenewInterval(t *testing.T) {
+	forEachServer(t, func(t *testing.T, srv *s3test.Server) {
+		repo := newRepo(t, srv, "")
+		lost := newLossRecorder()
+		cfg := fastConfig(t, "t1", 3, lost)
+		p := newProvider(t, repo, cfg)
+		inst := acquire(t, p, 5*time.Second)
+
+		body, meta := foreignLease("abc", inst.ID, int64(inst.Version)+1)
+		overwritten := time.Now()
+		putRaw(t, srv, nodeid.LeaseKey(testPrefix, inst.ID), body, meta)
+		select {
+		case err := <-lost.ch:
+			took := time.Since(overwritten)
+			if !errors.Is(err, nodeid.ErrLeaseLost) || !strings.Contains(err.Error(), `task "abc"`) {
+				t.Errorf("loss reason: %v", err)
+			}
+			if !errors.Is(err, nodeid.ErrPreconditionFailed) {
+				t.Errorf("loss not caused by a 412: %v", err)
+			}
+			if took > cfg.RenewInterval+cfg.RequestTimeout+300*time.Millisecond {
+				t.Errorf("loss detected after %v, renew interval %v", took, cfg.RenewInterval)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("overwritten holder did not lose its lease")
+		}
+		if p.Valid() {
+			t.Error("Valid after loss")
+		}
+	})
+}
+
+func TestDeletedLeaseObjectIsALoss(t *testing.T) {
+	forEachServer(t, func(t *testing.T, srv *s3test.Server) {
+		repo := newRepo(t, srv, "")
+		lost := newLossRecorder()
+		p := newProvider(t, repo, fastConfig(t, "t1", 1, lost))
+		inst := acquire(t, p, 5*time.Second)
+		deleteRaw(t, srv, nodeid.LeaseKey(testPrefix, inst.ID))
+		select {
+		case err := <-lost.ch:
+			if !strings.Contains(err.Error(), "deleted") {
+				t.Errorf("loss reason %v, want deleted", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("holder of a deleted lease object did not lose it")
+		}
+	})
+}
+
+// writeDeadLease makes node id look held by a task that crashed just now.
+func writeDeadLease(t *testing.T, repo *nodeid.S3Repository, id int, version nodeid.Version) time.Time {
+	t.Helper()
+	ctx := context.Background()
+	if err := nodeid.Initialize(ctx, repo, id+1, "setup", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := repo.Get(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := nodeid.Lease{TaskID: "dead-task", Instance: nodeid.NodeInstance{ID: id, Version: version},
+		Expires: time.Now().Add(2 * time.Second), Duration: 2 * time.Second, Nonce: "n1", Acquirable: true}
+	written := time.Now()
+	if _, err := repo.Write(ctx, l, rec.ETag); err != nil {
+		t.Fatal(err)
+	}
+	return written
+}
+
+func TestExpiredLeaseIsTakenOverWithTheNextVersion(t *testing.T) {
+	forEachServer(t, func(t *testing.T, srv *s3test.Server) {
+		repo := newRepo(t, srv, "")
+		written := writeDeadLease(t, repo, 0, 4)
+		p := newProvider(t, repo, fastConfig(t, "t2", 1, nil))
+		inst := acquire(t, p, 10*time.Second)
+		if took := time.Since(written); took < 2*time.Second {
+			t.Errorf("took over %v after the holder's last write, before its 2s lease could expire", took)
+		}
+		if inst != (nodeid.NodeInstance{ID: 0, Version: 5}) {
+			t.Errorf("got %v, want node 0 v5", inst)
+		}
+		if p.PreviousGracefullyShutdown() {
+			t.Error("PreviousGracefullyShutdown after taking over an expired lease")
+		}
+	})
+}
+
+func TestCorruptLeaseObjectIsSkipped(t *testing.T) {
+	forEachServer(t, func(t *testing.T, srv *s3test.Server) {
+		repo := newRepo(t, srv, "")
+		if err := nodeid.Initialize(context.Background(), repo, 2, "setup", time.Second); err != nil {
+			t.Fatal(err)
+		}
+		putRaw(t, srv, nodeid.LeaseKey(testPrefix, 0), `{"taskId": "x", "nodeInst`, map[string]string{"version": "3"})
+		// Every task starts at its own offset; try several so some start at 0.
+		for i := 0; i < 4; i++ {
+			p := newProvider(t, repo, fastConfig(t, fmt.Sprintf("t%d", i), 2, nil))
+			inst := acquire(t, p, 5*time.Second)
+			if inst.ID != 1 {
+				t.Fatalf("t%d got %v, want node 1 (node 0 is corrupt)", i, inst)
+			}
+			if err := p.Close(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := repo.Get(context.Background(), 0); !errors.Is(err, nodeid.ErrCorruptLease) {
+			t.Fatalf("corrupt object was changed: %v", err)
+		}
+		// With only the corrupt ID allowed, acquisition times out cleanly.
+		cfg := withAcquireTimeout(fastConfig(t, "only-zero", 2, nil), 500*time.Millisecond)
+		cfg.AllowedIDs = []int{0}
+		p := newProvider(t, repo, cfg)
+		if _, err := p.Acquire(context.Background()); !errors.Is(err, nodeid.ErrAcquireTimeout) {
+			t.Fatalf("got %v, want ErrAcquireTimeout", err)
+		}
+	})
+}
+
+func TestAllowedIDsAreRespected(t *testing.T) {
+	srv := s3test.NewFake(t)
+	repo := newRepo(t, srv, "")
+	for i, want := range []int{4, 2} {
+		cfg := fastConfig(t, fmt.Sprintf("even-%d", i), 6, nil)
+		cfg.AllowedIDs = []int{2, 4}
+		if i == 0 {
+			cfg.AllowedIDs = []int{4}
+		}
+		inst := acquire(t, newProvider(t, repo, cfg), 5*time.Second)
+		if inst.ID != want {
+			t.Fatalf("got %v, want node %d", inst, want)
+		}
+	}
+}
+
+func TestWallClockOneHourAheadCannotTakeALiveLease(t *testing.T) {
+	forEachServer(t, func(t *testing.T, srv *s3test.Server) {
+		repo := newRepo(t, srv, "")
+		holder := newProvider(t, repo, fastConfig(t, "holder", 1, nil))
+		acquire(t, holder, 5*time.Second)
+		for _, skew := range []time.Duration{time.Hour, -time.Hour} {
+			cfg := withAcquireTimeout(fastConfig(t, fmt.Sprintf("skewed%v", skew), 1, nil), 3*time.Second)
+			cfg.Clock = clock.WithOffset(clock.Real(), skew)
+			c := newProvider(t, repo, cfg)
+			if inst, err := c.Acquire(context.Background()); !errors.Is(err, nodeid.ErrAcquireTimeout) {
+				t.Fatalf("task with clock %v: got %v, %v; want ErrAcquireTimeout", skew, inst, err)
+			}
+		}
+		if !holder.Valid() {
+			t.Fatal("holder lost its lease")
+		}
+	})
+}
+
+func TestScaleDownFencesTheHolderOfARemovedID(t *testing.T) {
+	forEachServer(t, func(t *testing.T, srv *s3test.Server) {
+		repo := newRepo(t, srv, "")
+		lost := newLossRecorder()
+		var victim *nodeid.Provider
+		for i := 0; i < 3; i++ {
+			p := newProvider(t, repo, fastConfig(t, fmt.Sprintf("t%d", i), 3, lost))
+			if acquire(t, p, 5*time.Second).ID == 2 {
+				victim = p
+			}
+		}
+		if err := nodeid.Scale(context.Background(), repo, 2, "admin", 2*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-lost.ch:
+			if victim.Valid() || !strings.Contains(err.Error(), "unusable") {
+				t.Fatalf("loss %v (victim valid: %v)", err, victim.Valid())
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("holder of the removed ID was not fenced")
+		}
+		time.Sleep(time.Second)
+		if n := lost.count(); n != 1 {
+			t.Fatalf("%d losses, want only the removed ID's holder", n)
+		}
+		rec, err := repo.Get(context.Background(), 2)
+		if err != nil || rec.Lease.Acquirable {
+			t.Fatalf("node 2 after scale-down: %+v, %v", rec.Lease, err)
+		}
+		// No new task may take the removed ID.
+		c := newProvider(t, repo, withAcquireTimeout(fastConfig(t, "late", 3, nil), 3500*time.Millisecond))
+		if inst, err := c.Acquire(context.Background()); !errors.Is(err, nodeid.ErrAcquireTimeout) {
+			t.Fatalf("late task got %v, %v after scale-down", inst, err)
+		}
+		// Scaling up again makes it acquirable, keeping its version.
+		if err := nodeid.Scale(context.Background(), repo, 3, "admin", 2*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		c2 := newProvider(t, repo, fastConfig(t, "after-scale-up", 3, nil))
+		inst := acquire(t, c2, 10*time.Second)
+		if inst.ID != 2 || inst.Version != 2 {
+			t.Fatalf("after scale-up got %v, want node 2 v2", inst)
+		}
+	})
+}
+
+func TestInitializeIsIdempotentUnderConcurrency(t *testing.T) {
+	forEachServer(t, func(t *testing.T, srv *s3test.Server) {
+		repo := newRepo(t, srv, "")
+		var wg sync.WaitGroup
+		errs := make(chan error, 20)
+		for i := 0; i < 20; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs <- nodeid.Initialize(context.Background(), repo, 5, fmt.Sprintf("t%d", i), time.Second)
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		listing, err := repo.List(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(listing.Slots) != 5 {
+			t.Fatalf("%d lease objects, want 5", len(listing.Slots))
+		}
+		for _, s := range listing.Slots {
+			rec, err := repo.Get(context.Background(), s.ID)
+			if err != nil || rec.Lease.Held() || rec.Lease.Instance.Version != 0 || !rec.Lease.Acquirable {
+				t.Errorf("node %d: %+v %v", s.ID, rec.Lease, err)
+			}
+		}
+	})
+}
+
+func TestDeletedObjectIsRecreatedWithTheKnownVersion(t *testing.T) {
+	srv := s3test.NewFake(t)
+	repo := newRepo(t, srv, "")
+	ctx := context.Background()
+	if err := nodeid.Initialize(ctx, repo, 2, "setup", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	rec, _ := repo.Get(ctx, 0)
+	peer := nodeid.Lease{TaskID: "peer", Instance: nodeid.NodeInstance{ID: 0, Version: 3}, Duration: time.Second,
+		Nonce: "n", KnownVersions: nodeid.VersionMappings{0: 3, 1: 7}, Acquirable: true}
+	if _, err := repo.Write(ctx, peer, rec.ETag); err != nil {
+		t.Fatal(err)
+	}
+	deleteRaw(t, srv, nodeid.LeaseKey(testPrefix, 1))
+	if err := nodeid.Initialize(ctx, repo, 2, "repairer", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	got, err := repo.Get(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Lease.Instance.Version != 7 || !got.Lease.Held() {
+		t.Fatalf("recreated node 1: %+v, want a held lease of version 7 that candidates must let expire", got.Lease)
+	}
+}
+
+func TestProviderAfterCloseRefusesToAcquire(t *testing.T) {
+	srv := s3test.NewFake(t)
+	p := newProvider(t, newRepo(t, srv, ""), fastConfig(t, "t", 1, nil))
+	if err := p.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Acquire(context.Background()); !errors.Is(err, nodeid.ErrClosed) {
+		t.Fatalf("got %v, want ErrClosed", err)
+	}
+}
+
+func TestCloseWhileAcquiringStopsTheWait(t *testing.T) {
+	srv := s3test.NewFake(t)
+	repo := newRepo(t, srv, "")
+	acquire(t, newProvider(t, repo, fastConfig(t, "holder", 1, nil)), 5*time.Second)
+	w := newProvider(t, repo, fastConfig(t, "waiter", 1, nil))
+	errc := make(chan error, 1)
+	go func() { _, err := w.Acquire(context.Background()); errc <- err }()
+	time.Sleep(300 * time.Millisecond)
+	if err := w.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-errc:
+		if !errors.Is(err, nodeid.ErrClosed) {
+			t.Fatalf("got %v, want ErrClosed", err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("Acquire did not return after Close")
+	}
+}
