@@ -50,7 +50,7 @@ type Provider struct {
 	done     chan struct{} // closed when the tenure ends (lost or closed)
 	stop     chan struct{} // closed by Close
 	stopOnce sync.Once
-	loopDone chan struct{}
+	loops    sync.WaitGroup // renew loop, watchdog, refresh loop
 
 	seen observations // rule 2; used by Acquire only
 
@@ -89,7 +89,6 @@ func NewProvider(repo Repository, cfg Config) (*Provider, error) {
 		log:      cfg.Logger.With("task_id", cfg.TaskID),
 		done:     make(chan struct{}),
 		stop:     make(chan struct{}),
-		loopDone: make(chan struct{}),
 		seen:     observations{},
 		pending:  map[string]time.Time{},
 	}
@@ -453,9 +452,10 @@ func (p *Provider) take(ctx context.Context, rec Record, graceful bool) (NodeIns
 	p.ready = graceful || p.cfg.ReadinessTimeout == 0
 	p.mu.Unlock()
 
-	go p.renewLoop()
-	go p.watchdog()
-	go p.refreshLoop()
+	p.loops.Add(3)
+	go func() { defer p.loops.Done(); p.renewLoop() }()
+	go func() { defer p.loops.Done(); p.watchdog() }()
+	go func() { defer p.loops.Done(); p.refreshLoop() }()
 	return inst, true
 }
 
@@ -475,7 +475,6 @@ func (p *Provider) newLease(inst NodeInstance, known VersionMappings) Lease {
 // releases the lease on Close. It is the only writer of the lease object
 // while the lease is held.
 func (p *Provider) renewLoop() {
-	defer close(p.loopDone)
 	t := p.cfg.Clock.NewTimer(p.cfg.RenewInterval)
 	defer t.Stop()
 	for {
@@ -525,7 +524,11 @@ func (p *Provider) renew() (time.Duration, bool) {
 		// later 412 against our own write is not taken for a loss.
 		p.mu.Lock()
 		p.pending[lease.Nonce] = sent
+		holding := p.state == stateHolding
 		p.mu.Unlock()
+		if !holding {
+			return 0, false
+		}
 		p.log.Warn("renewal failed, retrying", "node_id", lease.Instance.ID, "version", int64(lease.Instance.Version),
 			"valid_for", deadline.Sub(p.cfg.Clock.Now()).Round(time.Millisecond), "err", err)
 		return p.retryDelay(), true
@@ -658,20 +661,19 @@ func (p *Provider) lose(reason string, cause error) {
 // can take the ID at once with version+1 and knows we stopped cleanly. Stop
 // writing data before calling Close. A failed release is logged and
 // returned; the lease then simply expires. Close on a provider that is
-// acquiring makes Acquire return ErrClosed.
+// acquiring makes Acquire return ErrClosed. Close waits, until ctx ends, for
+// the provider's goroutines to finish.
 func (p *Provider) Close(ctx context.Context) error {
 	p.mu.Lock()
-	st := p.state
-	if st == stateIdle {
+	if p.state == stateIdle {
 		p.state = stateClosed
 	}
 	p.mu.Unlock()
 	p.stopOnce.Do(func() { close(p.stop) })
-	if st != stateHolding {
-		return nil
-	}
+	finished := make(chan struct{})
+	go func() { p.loops.Wait(); close(finished) }()
 	select {
-	case <-p.loopDone:
+	case <-finished:
 	case <-ctx.Done():
 		return ctx.Err()
 	}

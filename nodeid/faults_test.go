@@ -1,0 +1,146 @@
+package nodeid_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nodeid/nodeid/faultproxy"
+	"github.com/nodeid/nodeid/internal/s3test"
+	"github.com/nodeid/nodeid/nodeid"
+)
+
+func startProxy(t *testing.T, srv *s3test.Server) *faultproxy.Proxy {
+	t.Helper()
+	p, err := faultproxy.Start(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+// S3 blackholed for the holder: it must fence itself before any other task
+// could take its lease.
+func TestBlackholedHolderIsFencedBeforeItsLeaseExpiresForOthers(t *testing.T) {
+	forEachServer(t, func(t *testing.T, srv *s3test.Server) {
+		proxy := startProxy(t, srv)
+		lost := newLossRecorder()
+		holderCfg := fastConfig(t, "holder", 1, lost)
+		holder := newProvider(t, newRepo(t, srv, proxy.URL), holderCfg)
+		acquire(t, holder, 5*time.Second)
+		waitFor(t, 3*time.Second, "a renewal", func() bool { return holder.Stats().Renewals > 0 })
+
+		proxy.Set(faultproxy.Fault{Blackhole: true})
+		blackholed := time.Now()
+		candidate := newProvider(t, newRepo(t, srv, ""), fastConfig(t, "candidate", 1, nil))
+		inst := acquire(t, candidate, 15*time.Second)
+		tookOver := time.Now()
+
+		if lost.count() != 1 {
+			t.Fatalf("holder losses: %d, want 1", lost.count())
+		}
+		lostAt := lost.at[0]
+		if !lostAt.Before(tookOver) {
+			t.Fatalf("holder fenced at %v, candidate took over at %v: two holders", lostAt.Sub(blackholed), tookOver.Sub(blackholed))
+		}
+		if !strings.Contains(lost.errs[0].Error(), "self-fence deadline") {
+			t.Errorf("loss reason %v, want the self-fence deadline", lost.errs[0])
+		}
+		// The holder stopped at most L - m after blackholing (its last
+		// successful renewal was sent before that).
+		if d := lostAt.Sub(blackholed); d > holderCfg.LeaseDuration-holderCfg.SafetyMargin+200*time.Millisecond {
+			t.Errorf("holder fenced %v after losing S3, want <= L - m = %v", d, holderCfg.LeaseDuration-holderCfg.SafetyMargin)
+		}
+		if inst.Version != 2 {
+			t.Errorf("candidate got %v, want version 2", inst)
+		}
+		t.Logf("fenced after %v, taken over after %v", lostAt.Sub(blackholed).Round(time.Millisecond), tookOver.Sub(blackholed).Round(time.Millisecond))
+	})
+}
+
+// A renewal whose write landed but whose answer was lost makes the next
+// renewal fail with 412 against our own write: that is not a loss.
+func TestLostAnswerOfALandedRenewalIsNotALoss(t *testing.T) {
+	forEachServer(t, func(t *testing.T, srv *s3test.Server) {
+		proxy := startProxy(t, srv)
+		holder := newProvider(t, newRepo(t, srv, proxy.URL), fastConfig(t, "holder", 1, nil))
+		inst := acquire(t, holder, 5*time.Second)
+		before := proxy.Stats().Dropped
+		proxy.DropNext(http.MethodPut, 1)
+		waitFor(t, 3*time.Second, "the dropped answer", func() bool { return proxy.Stats().Dropped > before })
+		renewals := holder.Stats().Renewals
+		waitFor(t, 3*time.Second, "renewals after the dropped answer", func() bool { return holder.Stats().Renewals >= renewals+3 })
+		if !holder.Valid() {
+			t.Fatalf("holder lost its lease after a lost answer: %v", holder.Err())
+		}
+		if holder.Stats().RenewalFailures < 1 {
+			t.Error("the dropped answer was not seen as a failed renewal")
+		}
+		rec, err := newRepo(t, srv, "").Get(context.Background(), inst.ID)
+		if err != nil || rec.Lease.TaskID != "holder" || rec.Lease.Instance != inst {
+			t.Fatalf("lease after recovery: %+v, %v", rec.Lease, err)
+		}
+	})
+}
+
+// 409 ConditionalRequestConflict means nothing landed: re-read and retry.
+func TestConflictIsRetried(t *testing.T) {
+	srv := s3test.NewFake(t)
+	proxy := startProxy(t, srv)
+	holder := newProvider(t, newRepo(t, srv, proxy.URL), fastConfig(t, "holder", 1, nil))
+	acquire(t, holder, 5*time.Second)
+	proxy.Set(faultproxy.Fault{Methods: []string{http.MethodPut}, Status: http.StatusConflict, ErrorCode: "ConditionalRequestConflict"})
+	waitFor(t, 3*time.Second, "a 409", func() bool { return proxy.Stats().Injected >= 2 })
+	proxy.Pass()
+	renewals := holder.Stats().Renewals
+	waitFor(t, 3*time.Second, "a renewal after the conflicts", func() bool { return holder.Stats().Renewals > renewals })
+	if !holder.Valid() {
+		t.Fatalf("holder lost its lease over 409s: %v", holder.Err())
+	}
+}
+
+// 503 SlowDown and latency below the renewal budget must not cost the lease.
+func TestSlowDownBelowTheBudgetIsNotALoss(t *testing.T) {
+	srv := s3test.NewFake(t)
+	proxy := startProxy(t, srv)
+	holder := newProvider(t, newRepo(t, srv, proxy.URL), fastConfig(t, "holder", 1, nil))
+	acquire(t, holder, 5*time.Second)
+	proxy.Set(faultproxy.Fault{Status: http.StatusServiceUnavailable, ErrorCode: "SlowDown", Probability: 0.3, Seed: 7,
+		Latency: 50 * time.Millisecond, Jitter: 50 * time.Millisecond})
+	time.Sleep(4 * time.Second)
+	if !holder.Valid() {
+		t.Fatalf("holder lost its lease to 30%% 503s: %v", holder.Err())
+	}
+	if holder.Stats().RenewalFailures == 0 {
+		t.Error("no renewal failed: the fault was not exercised")
+	}
+}
+
+func TestProbeAcceptsServersThatEnforceConditionalWrites(t *testing.T) {
+	forEachServer(t, func(t *testing.T, srv *s3test.Server) {
+		repo := newRepo(t, srv, "")
+		for i := 0; i < 2; i++ { // twice: the probe object exists the second time
+			if err := repo.Probe(context.Background()); err != nil {
+				t.Fatalf("probe %d: %v", i, err)
+			}
+		}
+		listing, err := repo.List(context.Background())
+		if err != nil || len(listing.Slots) != 0 {
+			t.Fatalf("the probe object shows up as a lease: %+v %v", listing.Slots, err)
+		}
+	})
+}
+
+func TestProbeRefusesAnEndpointThatIgnoresPreconditions(t *testing.T) {
+	srv := s3test.NewFake(t) // VersityGW rejects the altered signature instead
+	proxy := startProxy(t, srv)
+	proxy.Set(faultproxy.Fault{StripConditional: true})
+	err := newRepo(t, srv, proxy.URL).Probe(context.Background())
+	if !errors.Is(err, nodeid.ErrConditionalWritesNotEnforced) {
+		t.Fatalf("probe through a header-stripping proxy: %v, want ErrConditionalWritesNotEnforced", err)
+	}
+}
