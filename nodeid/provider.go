@@ -84,13 +84,13 @@ func NewProvider(repo Repository, cfg Config) (*Provider, error) {
 		return nil, err
 	}
 	p := &Provider{
-		repo:     repo,
-		cfg:      cfg,
-		log:      cfg.Logger.With("task_id", cfg.TaskID),
-		done:     make(chan struct{}),
-		stop:     make(chan struct{}),
-		seen:     observations{},
-		pending:  map[string]time.Time{},
+		repo:    repo,
+		cfg:     cfg,
+		log:     cfg.Logger.With("task_id", cfg.TaskID),
+		done:    make(chan struct{}),
+		stop:    make(chan struct{}),
+		seen:    observations{},
+		pending: map[string]time.Time{},
 	}
 	if p.cfg.OnLost == nil {
 		p.cfg.OnLost = func(err error) {

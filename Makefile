@@ -1,0 +1,44 @@
+# nodeid: see README.md. Every target works on a fresh machine with only Go.
+SHELL := /bin/bash
+GO ?= go
+GOBIN := $(shell $(GO) env GOPATH)/bin
+VERSITYGW_VERSION := v1.8.0
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
+.PHONY: all build test test-short lint versitygw bench-datadir clean
+
+all: build test
+
+## build: compile every package and the nodeid-init command into bin/
+build:
+	$(GO) build ./...
+	@if [ -d cmd/nodeid-init ] && ls cmd/nodeid-init/*.go >/dev/null 2>&1; then \
+		$(GO) build -o bin/nodeid-init ./cmd/nodeid-init; fi
+
+## versitygw: install the S3-compatible server the integration tests run against
+versitygw:
+	@if ! command -v versitygw >/dev/null 2>&1 && [ ! -x "$(GOBIN)/versitygw" ]; then \
+		echo "installing versitygw $(VERSITYGW_VERSION) (about 90 s)"; \
+		$(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION); fi
+
+## test: every test, with the race detector, unit tests on gofakes3 and
+## integration tests on a real VersityGW started by the tests on loopback
+test: versitygw
+	CI=$${CI:-true} $(GO) test -race -count=1 ./...
+
+## test-short: the tests without installing VersityGW (its tests skip when it is missing)
+test-short:
+	CI= $(GO) test -count=1 ./...
+
+## lint: gofmt, go vet and staticcheck
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
+
+## bench-datadir: data-directory preparation against cp -a (see docs/datadir.md)
+bench-datadir:
+	bash scripts/bench-datadir.sh
+
+clean:
+	rm -rf bin
