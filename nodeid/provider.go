@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"os"
 	"sort"
@@ -235,20 +234,21 @@ func (p *Provider) Acquire(ctx context.Context) (NodeInstance, error) {
 		acquireDeadline = start.Add(p.cfg.AcquireTimeout)
 	}
 
-	initialized := false
 	waitingLogged := false
+	relists := 0
 	wait := p.cfg.Clock.NewTimer(time.Hour)
 	wait.Stop()
 	defer wait.Stop()
 	for {
-		if !initialized {
-			err := Initialize(ctx, p.repo, p.cfg.ClusterSize, p.cfg.TaskID, p.cfg.LeaseDuration)
-			if fatalStorageError(err) {
-				return p.failAcquire(err)
-			}
-			initialized = err == nil
-		}
 		listing, err := p.repo.List(ctx)
+		if err == nil && len(missingIDs(listing, p.cfg.ClusterSize)) > 0 {
+			// First start of the cluster, a scale-up, or a deleted object.
+			var wrote bool
+			wrote, err = initializeFrom(ctx, p.repo, listing, p.cfg.ClusterSize, p.cfg.TaskID, p.cfg.LeaseDuration)
+			if err == nil && wrote {
+				listing, err = p.repo.List(ctx)
+			}
+		}
 		if fatalStorageError(err) {
 			return p.failAcquire(err)
 		}
@@ -257,14 +257,17 @@ func (p *Provider) Acquire(ctx context.Context) (NodeInstance, error) {
 			for _, s := range listing.Slots {
 				p.seen.see(s.ID, s.ETag, arrived)
 			}
-			if inst, ok := p.tryListing(ctx, listing); ok {
+			inst, ok, stale := p.tryListing(ctx, listing)
+			if ok {
 				p.log.Info("acquired node id", "node_id", inst.ID, "version", int64(inst.Version),
 					"previous_graceful", p.PreviousGracefullyShutdown(), "took", p.cfg.Clock.Now().Sub(start).Round(time.Millisecond))
 				return inst, nil
 			}
-			if len(missingIDs(listing, p.cfg.ClusterSize)) > 0 {
-				initialized = false
+			if stale && relists < p.cfg.ClusterSize {
+				relists++ // others are taking IDs right now: look again at once
+				continue
 			}
+			relists = 0
 			if !waitingLogged {
 				p.log.Info("no node id free, waiting", "cluster_size", p.cfg.ClusterSize, "poll_interval", p.cfg.PollInterval)
 				waitingLogged = true
@@ -319,8 +322,11 @@ func isNoSuchBucket(err error) bool {
 }
 
 // tryListing tries the candidates of one listing, each with one GET and one
-// conditional PUT, and reports whether one was taken.
-func (p *Provider) tryListing(ctx context.Context, listing Listing) (NodeInstance, bool) {
+// conditional PUT, and reports whether one was taken. It stops early and
+// reports the listing stale when another task took a slot since the listing
+// (a GET shows a new holder, or our PUT lost the race): with many tasks
+// starting together a fresh listing is cheaper than a GET per stale slot.
+func (p *Provider) tryListing(ctx context.Context, listing Listing) (inst NodeInstance, ok, stale bool) {
 	for _, slot := range p.candidates(listing) {
 		rec, err := p.repo.Get(ctx, slot.ID)
 		arrived := p.cfg.Clock.Now()
@@ -334,13 +340,17 @@ func (p *Provider) tryListing(ctx context.Context, listing Listing) (NodeInstanc
 		p.seen.see(slot.ID, rec.ETag, arrived)
 		free, graceful := p.judge(rec, arrived)
 		if !free {
+			if rec.ETag != slot.ETag {
+				return NodeInstance{}, false, true
+			}
 			continue
 		}
 		if inst, ok := p.take(ctx, rec, graceful); ok {
-			return inst, true
+			return inst, true, false
 		}
+		return NodeInstance{}, false, true
 	}
-	return NodeInstance{}, false
+	return NodeInstance{}, false, false
 }
 
 // candidates returns the allowed slots that may be free by the listing alone,
@@ -352,9 +362,7 @@ func (p *Provider) candidates(listing Listing) []Slot {
 	if len(allowed) == 0 {
 		return nil
 	}
-	h := fnv.New32a()
-	h.Write([]byte(p.cfg.TaskID))
-	offset := int(h.Sum32() % uint32(len(allowed)))
+	offset := int(taskHash(p.cfg.TaskID) % uint32(len(allowed)))
 	now := p.cfg.Clock.Now()
 
 	var first, released, expired []Slot

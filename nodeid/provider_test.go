@@ -15,10 +15,24 @@ import (
 )
 
 func TestRacingProvidersGetDistinctIDs(t *testing.T) {
-	for _, n := range []int{10, 50} {
-		t.Run(fmt.Sprint(n), func(t *testing.T) {
+	for _, tc := range []struct {
+		n         int
+		bootstrap bool
+	}{{10, false}, {50, false}, {50, true}} {
+		n := tc.n
+		name := fmt.Sprint(n)
+		if tc.bootstrap {
+			name += "-bootstrapped"
+		}
+		t.Run(name, func(t *testing.T) {
 			forEachServer(t, func(t *testing.T, srv *s3test.Server) {
 				repo := newRepo(t, srv, "")
+				if tc.bootstrap {
+					if err := nodeid.Initialize(context.Background(), repo, n, "bootstrap", time.Second); err != nil {
+						t.Fatal(err)
+					}
+				}
+				before := repo.Requests()
 				providers := make([]*nodeid.Provider, n)
 				for i := range providers {
 					providers[i] = newProvider(t, repo, fastConfig(t, fmt.Sprintf("task-%d", i), n, nil))
@@ -55,7 +69,13 @@ func TestRacingProvidersGetDistinctIDs(t *testing.T) {
 						t.Errorf("task-%d: lease not valid right after acquisition", i)
 					}
 				}
-				t.Logf("%d providers: %d requests in all", n, repo.Requests())
+				sent := repo.Requests() - before
+				t.Logf("%d providers: %d requests in all, %.1f per task", n, sent, float64(sent)/float64(n))
+				// The anchor's strategy (IDs in order, GET then PUT) needs
+				// about n/2 GETs per task; spreading the start keeps it small.
+				if perTask := float64(sent) / float64(n); tc.bootstrap && perTask > 10 {
+					t.Errorf("%.1f requests per task to acquire in a storm of %d", perTask, n)
+				}
 			})
 		})
 	}
@@ -465,5 +485,95 @@ func TestCloseWhileAcquiringStopsTheWait(t *testing.T) {
 		}
 	case <-time.After(3 * time.Second):
 		t.Fatal("Acquire did not return after Close")
+	}
+}
+
+// After an ungraceful takeover the new holder is ready only once every live
+// peer's lease lists its new version.
+func TestReadinessWaitsForPeersToKnowTheNewVersion(t *testing.T) {
+	srv := s3test.NewFake(t)
+	repo := newRepo(t, srv, "")
+	peerCfg := fastConfig(t, "peer", 2, nil)
+	peerCfg.AllowedIDs = []int{0}
+	peerCfg.MappingsRefreshInterval = 300 * time.Millisecond
+	peer := newProvider(t, repo, peerCfg)
+	acquire(t, peer, 5*time.Second)
+	writeDeadLease(t, repo, 1, 3)
+
+	cfg := fastConfig(t, "newcomer", 2, nil)
+	cfg.AllowedIDs = []int{1}
+	cfg.ReadinessTimeout = 30 * time.Second
+	newcomer := newProvider(t, repo, cfg)
+	inst := acquire(t, newcomer, 10*time.Second)
+	if inst.Version != 4 || newcomer.PreviousGracefullyShutdown() {
+		t.Fatalf("got %v graceful=%v, want an ungraceful takeover to v4", inst, newcomer.PreviousGracefullyShutdown())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := newcomer.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := repo.Get(context.Background(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Lease.KnownVersions[1] != 4 {
+		t.Fatalf("ready although the peer's lease knows node 1 as v%d", rec.Lease.KnownVersions[1])
+	}
+	if peer.KnownVersions()[1] != 4 {
+		t.Errorf("peer's mappings %v", peer.KnownVersions())
+	}
+}
+
+func TestReadinessFailsOpenAfterItsTimeout(t *testing.T) {
+	srv := s3test.NewFake(t)
+	repo := newRepo(t, srv, "")
+	// A peer that never refreshes its mappings within the test.
+	peerCfg := fastConfig(t, "peer", 2, nil)
+	peerCfg.AllowedIDs = []int{0}
+	peerCfg.MappingsRefreshInterval = time.Hour
+	acquire(t, newProvider(t, repo, peerCfg), 5*time.Second)
+	writeDeadLease(t, repo, 1, 3)
+
+	cfg := fastConfig(t, "newcomer", 2, nil)
+	cfg.AllowedIDs = []int{1}
+	cfg.ReadinessTimeout = 1500 * time.Millisecond
+	newcomer := newProvider(t, repo, cfg)
+	acquire(t, newcomer, 10*time.Second)
+	if newcomer.Ready() {
+		t.Fatal("ready at once after an ungraceful takeover")
+	}
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := newcomer.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if waited := time.Since(start); waited < time.Second {
+		t.Errorf("ready after %v, before the readiness timeout", waited)
+	}
+}
+
+func TestEndpointFromTheStandardEnvironment(t *testing.T) {
+	srv := s3test.NewFake(t)
+	t.Setenv("AWS_ENDPOINT_URL_S3", srv.URL)
+	t.Setenv("AWS_ACCESS_KEY_ID", srv.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", srv.SecretKey)
+	t.Setenv("AWS_REGION", "eu-west-1")
+	t.Setenv("AWS_CONFIG_FILE", "/nonexistent")
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+	client, err := nodeid.NewS3Client(context.Background(), nodeid.S3Config{PathStyle: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo, err := nodeid.NewS3Repository(client, srv.Bucket, "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nodeid.Initialize(context.Background(), repo, 2, "t", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := repo.List(context.Background()); err != nil || len(l.Slots) != 2 {
+		t.Fatalf("listing through AWS_ENDPOINT_URL_S3: %+v %v", l, err)
 	}
 }

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"slices"
+	"sort"
 	"time"
 )
 
@@ -83,14 +86,33 @@ func Initialize(ctx context.Context, repo Repository, size int, taskID string, l
 	if err != nil {
 		return err
 	}
+	_, err = initializeFrom(ctx, repo, listing, size, taskID, leaseDuration)
+	return err
+}
+
+// initializeFrom creates what listing lacks of 0..size-1 and reports whether
+// it wrote anything. Each task starts at its own offset; when a create finds
+// the object made by someone else, it lists again, so tasks that bootstrap
+// together share the work instead of each trying every ID.
+func initializeFrom(ctx context.Context, repo Repository, listing Listing, size int, taskID string, leaseDuration time.Duration) (bool, error) {
 	missing := missingIDs(listing, size)
 	if len(missing) == 0 {
-		return nil
+		return false, nil
 	}
-	known := knownVersions(ctx, repo, listing)
-	for _, id := range missing {
+	var known VersionMappings
+	if len(listing.Slots) > 0 {
+		known = knownVersions(ctx, repo, listing)
+	}
+	offset := int(taskHash(taskID) % uint32(size))
+	sort.Slice(missing, func(i, j int) bool {
+		return (missing[i]-offset+size)%size < (missing[j]-offset+size)%size
+	})
+	wrote := false
+	for len(missing) > 0 {
+		id := missing[0]
+		missing = missing[1:]
 		l := Lease{Instance: NodeInstance{ID: id}, Acquirable: true}
-		if v, ok := known[id]; ok && v > 0 {
+		if v := known[id]; v > 0 {
 			l = Lease{
 				TaskID:     "recreated-by:" + taskID,
 				Instance:   NodeInstance{ID: id, Version: v},
@@ -100,11 +122,34 @@ func Initialize(ctx context.Context, repo Repository, size int, taskID string, l
 				Acquirable: true,
 			}
 		}
-		if _, err := repo.Create(ctx, l); err != nil && !errors.Is(err, ErrPreconditionFailed) && !errors.Is(err, ErrConflict) {
-			return fmt.Errorf("initialize node %d: %w", id, err)
+		_, err := repo.Create(ctx, l)
+		switch {
+		case err == nil:
+			wrote = true
+		case errors.Is(err, ErrPreconditionFailed) || errors.Is(err, ErrConflict):
+			fresh, lerr := repo.List(ctx)
+			if lerr != nil {
+				return wrote, lerr
+			}
+			still := missingIDs(fresh, size)
+			keep := missing[:0]
+			for _, m := range missing {
+				if slices.Contains(still, m) {
+					keep = append(keep, m)
+				}
+			}
+			missing = keep
+		default:
+			return wrote, fmt.Errorf("initialize node %d: %w", id, err)
 		}
 	}
-	return nil
+	return wrote, nil
+}
+
+func taskHash(taskID string) uint32 {
+	h := fnv.New32a()
+	h.Write([]byte(taskID))
+	return h.Sum32()
 }
 
 // Scale changes the cluster size. Growing creates the new objects (and makes
