@@ -69,6 +69,9 @@ type Config struct {
 	// default logs one line and exits the process with ExitCodeLeaseLost:
 	// a node that may no longer own its ID must stop at once.
 	OnLost func(err error)
+	// OnEvent, when set, receives every state change (see Event), from the
+	// provider's goroutines and outside its lock. It must not block.
+	OnEvent func(Event)
 
 	// Clock, Logger and Rand are for tests and simulations.
 	Clock  clock.Clock // default clock.Real()

@@ -45,6 +45,7 @@ type Provider struct {
 	pending  map[string]time.Time // nonce -> send time of writes whose answer was lost
 	err      error
 	relErr   error // why the release on Close failed
+	detach   bool  // HandOff: stop without releasing
 
 	done     chan struct{} // closed when the tenure ends (lost or closed)
 	stop     chan struct{} // closed by Close
@@ -259,8 +260,12 @@ func (p *Provider) Acquire(ctx context.Context) (NodeInstance, error) {
 			}
 			inst, ok, stale := p.tryListing(ctx, listing)
 			if ok {
+				took := p.cfg.Clock.Now().Sub(start)
+				deadline, _ := p.Deadline()
+				graceful := p.PreviousGracefullyShutdown()
 				p.log.Info("acquired node id", "node_id", inst.ID, "version", int64(inst.Version),
-					"previous_graceful", p.PreviousGracefullyShutdown(), "took", p.cfg.Clock.Now().Sub(start).Round(time.Millisecond))
+					"previous_graceful", graceful, "took", took.Round(time.Millisecond))
+				p.emit(Event{Kind: EventAcquired, Instance: inst, Deadline: deadline, Latency: took, Graceful: graceful})
 				return inst, nil
 			}
 			if stale && relists < p.cfg.ClusterSize {
@@ -428,6 +433,7 @@ func (p *Provider) take(ctx context.Context, rec Record, graceful bool) (NodeIns
 	lease := p.newLease(inst, known)
 
 	p.stats.acquireAttempts.Add(1)
+	p.emit(Event{Kind: EventAcquireAttempt, Instance: inst})
 	sent := p.cfg.Clock.Now()
 	etag, err := p.repo.Write(ctx, lease, rec.ETag)
 	if err != nil {
@@ -460,10 +466,7 @@ func (p *Provider) take(ctx context.Context, rec Record, graceful bool) (NodeIns
 	p.ready = graceful || p.cfg.ReadinessTimeout == 0
 	p.mu.Unlock()
 
-	p.loops.Add(3)
-	go func() { defer p.loops.Done(); p.renewLoop() }()
-	go func() { defer p.loops.Done(); p.watchdog() }()
-	go func() { defer p.loops.Done(); p.refreshLoop() }()
+	p.startLoops(p.cfg.RenewInterval)
 	return inst, true
 }
 
@@ -479,11 +482,20 @@ func (p *Provider) newLease(inst NodeInstance, known VersionMappings) Lease {
 	}
 }
 
+// startLoops starts the goroutines of a held lease; the first renewal is
+// due after firstRenewal.
+func (p *Provider) startLoops(firstRenewal time.Duration) {
+	p.loops.Add(3)
+	go func() { defer p.loops.Done(); p.renewLoop(firstRenewal) }()
+	go func() { defer p.loops.Done(); p.watchdog() }()
+	go func() { defer p.loops.Done(); p.refreshLoop() }()
+}
+
 // renewLoop renews every RenewInterval, retries failed renewals sooner, and
 // releases the lease on Close. It is the only writer of the lease object
 // while the lease is held.
-func (p *Provider) renewLoop() {
-	t := p.cfg.Clock.NewTimer(p.cfg.RenewInterval)
+func (p *Provider) renewLoop(first time.Duration) {
+	t := p.cfg.Clock.NewTimer(first)
 	defer t.Stop()
 	for {
 		select {
@@ -521,6 +533,7 @@ func (p *Provider) renew() (time.Duration, bool) {
 		return p.renewed(sent, newETag)
 	}
 	p.stats.renewalFailures.Add(1)
+	p.emit(Event{Kind: EventRenewalFailed, Instance: lease.Instance, Latency: p.cfg.Clock.Now().Sub(sent), Err: err})
 	switch {
 	case errors.Is(err, ErrNotFound):
 		p.lose("lease object deleted", err)
@@ -606,8 +619,10 @@ func (p *Provider) renewed(sent time.Time, etag string) (time.Duration, bool) {
 		p.deadline = d
 	}
 	clear(p.pending)
+	inst, deadline := p.instance, p.deadline
 	p.mu.Unlock()
 	p.stats.renewals.Add(1)
+	p.emit(Event{Kind: EventRenewed, Instance: inst, Deadline: deadline, Latency: now.Sub(sent)})
 	return max(sent.Add(p.cfg.RenewInterval).Sub(now), 0), true
 }
 
@@ -636,7 +651,7 @@ func (p *Provider) watchdog() {
 		left := deadline.Sub(p.cfg.Clock.Now())
 		if left <= 0 {
 			p.stats.selfFences.Add(1)
-			p.lose("not renewed before the self-fence deadline", nil)
+			p.lose(reasonSelfFence, nil)
 			return
 		}
 		t.Reset(left)
@@ -647,6 +662,8 @@ func (p *Provider) watchdog() {
 		}
 	}
 }
+
+const reasonSelfFence = "not renewed before the self-fence deadline"
 
 // lose ends the tenure: from here on Valid is false. OnLost runs outside the
 // lock.
@@ -662,6 +679,7 @@ func (p *Provider) lose(reason string, cause error) {
 	close(p.done)
 	p.mu.Unlock()
 	p.log.Error("lease lost", "node_id", err.Instance.ID, "version", int64(err.Instance.Version), "reason", reason, "err", cause)
+	p.emit(Event{Kind: EventLost, Instance: err.Instance, Err: err, SelfFence: reason == reasonSelfFence})
 	p.cfg.OnLost(err)
 }
 
@@ -690,7 +708,7 @@ func (p *Provider) Close(ctx context.Context) error {
 	return p.relErr
 }
 
-// release runs on the renew loop after Close.
+// release runs on the renew loop after Close or HandOff.
 func (p *Provider) release() {
 	p.mu.Lock()
 	if p.state != stateHolding {
@@ -700,8 +718,11 @@ func (p *Provider) release() {
 	p.state = stateClosed
 	p.err = ErrClosed
 	close(p.done)
-	inst, etag, deadline := p.instance, p.etag, p.deadline
+	inst, etag, deadline, detach := p.instance, p.etag, p.deadline, p.detach
 	p.mu.Unlock()
+	if detach {
+		return // HandOff: the lease lives on in another process
+	}
 
 	released := Lease{Instance: inst, Acquirable: true}
 	ctx, cancel := p.boundedContext(deadline.Add(p.cfg.SafetyMargin), p.cfg.Clock.Now())
@@ -714,6 +735,7 @@ func (p *Provider) release() {
 		return
 	}
 	p.log.Info("released node id", "node_id", inst.ID, "version", int64(inst.Version))
+	p.emit(Event{Kind: EventReleased, Instance: inst})
 }
 
 // refreshLoop learns the peers' versions for our lease's mappings, and
@@ -784,6 +806,9 @@ func (p *Provider) refresh() {
 	}
 	if failedOpen {
 		p.log.Warn("ready by timeout: some peers do not know our version yet", "node_id", inst.ID, "version", int64(inst.Version), "readiness_timeout", p.cfg.ReadinessTimeout)
+	}
+	if becameReady || failedOpen {
+		p.emit(Event{Kind: EventReady, Instance: inst})
 	}
 }
 

@@ -1,0 +1,41 @@
+package leasefile_test
+
+import (
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nodeid/nodeid/clock"
+	"github.com/nodeid/nodeid/leasefile"
+)
+
+func TestValidityFollowsTheMonotonicDeadline(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "lease.json")
+	if _, err := leasefile.Read(path); !errors.Is(err, leasefile.ErrNoLease) {
+		t.Fatalf("missing file: %v", err)
+	}
+	l := leasefile.Lease{State: leasefile.StateHeld, NodeID: 2, Version: 3, TaskID: "t",
+		ValidUntilMonotonicNs: int64(clock.SystemMonotonic() + 150*time.Millisecond)}
+	if err := leasefile.Write(path, l); err != nil {
+		t.Fatal(err)
+	}
+	got, err := leasefile.Check(path)
+	if err != nil || got != l {
+		t.Fatalf("check: %+v %v", got, err)
+	}
+	if r := got.Remaining(); r <= 0 || r > 150*time.Millisecond {
+		t.Fatalf("remaining %v", r)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if _, err := leasefile.Check(path); err == nil {
+		t.Fatal("valid after its deadline")
+	}
+	l.State, l.ValidUntilMonotonicNs = leasefile.StateLost, int64(clock.SystemMonotonic()+time.Hour)
+	if err := leasefile.Write(path, l); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := leasefile.Check(path); err == nil {
+		t.Fatal("a lost lease is valid")
+	}
+}

@@ -1,0 +1,87 @@
+package nodeid_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nodeid/nodeid/internal/s3test"
+	"github.com/nodeid/nodeid/nodeid"
+)
+
+func TestHandOffThenAdoptKeepsTheLease(t *testing.T) {
+	srv := s3test.NewFake(t)
+	repo := newRepo(t, srv, "")
+	var events []nodeid.EventKind
+	cfg := fastConfig(t, "task-1", 1, nil)
+	cfg.OnEvent = func(e nodeid.Event) { events = append(events, e.Kind) }
+	first := newProvider(t, repo, cfg)
+	inst := acquire(t, first, 5*time.Second)
+	h, err := first.HandOff(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Valid() || h.Instance != inst || h.ETag == "" {
+		t.Fatalf("after hand-off: valid=%v handoff=%+v", first.Valid(), h)
+	}
+	rec, _ := repo.Get(context.Background(), inst.ID)
+	if rec.Lease.TaskID != "task-1" || rec.ETag != h.ETag {
+		t.Fatalf("hand-off released or changed the lease: %+v", rec.Lease)
+	}
+	if len(events) < 2 || events[0] != nodeid.EventAcquireAttempt || events[len(events)-1] != nodeid.EventHandedOff {
+		t.Errorf("events %v", events)
+	}
+
+	second := newProvider(t, repo, fastConfig(t, "task-1", 1, nil))
+	got, err := second.Adopt(context.Background(), h)
+	if err != nil || got != inst {
+		t.Fatalf("adopt: %v %v", got, err)
+	}
+	time.Sleep(2500 * time.Millisecond) // longer than the lease
+	if !second.Valid() || second.Stats().Renewals < 3 {
+		t.Fatalf("adopter: valid=%v renewals=%d", second.Valid(), second.Stats().Renewals)
+	}
+}
+
+func TestAdoptRefusesAnExpiredOrForeignHandOff(t *testing.T) {
+	srv := s3test.NewFake(t)
+	repo := newRepo(t, srv, "")
+	first := newProvider(t, repo, fastConfig(t, "task-1", 1, nil))
+	acquire(t, first, 5*time.Second)
+	h, err := first.HandOff(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := newProvider(t, repo, fastConfig(t, "task-2", 1, nil))
+	if _, err := other.Adopt(context.Background(), h); !errors.Is(err, nodeid.ErrInvalidConfig) {
+		t.Fatalf("foreign hand-off: %v", err)
+	}
+	expired := h
+	expired.ValidUntilMonotonicNs = 1
+	late := newProvider(t, repo, fastConfig(t, "task-1", 1, nil))
+	if _, err := late.Adopt(context.Background(), expired); !errors.Is(err, nodeid.ErrLeaseLost) {
+		t.Fatalf("expired hand-off: %v", err)
+	}
+}
+
+func TestAdoptAfterTheLeaseChangedIsALoss(t *testing.T) {
+	srv := s3test.NewFake(t)
+	repo := newRepo(t, srv, "")
+	first := newProvider(t, repo, fastConfig(t, "task-1", 1, nil))
+	inst := acquire(t, first, 5*time.Second)
+	h, err := first.HandOff(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, meta := foreignLease("intruder", inst.ID, int64(inst.Version)+1)
+	putRaw(t, srv, nodeid.LeaseKey(testPrefix, inst.ID), body, meta)
+	lost := newLossRecorder()
+	adopter := newProvider(t, repo, fastConfig(t, "task-1", 1, lost))
+	if _, err := adopter.Adopt(context.Background(), h); !errors.Is(err, nodeid.ErrLeaseLost) {
+		t.Fatalf("adopting an overwritten lease: %v", err)
+	}
+	if adopter.Valid() {
+		t.Fatal("adopter valid after a failed adoption")
+	}
+}
