@@ -1,3 +1,5 @@
+//go:build unix
+
 package datadir
 
 import (
@@ -17,6 +19,7 @@ import (
 	"time"
 
 	"github.com/otiai10/copy"
+	"golang.org/x/sys/unix"
 )
 
 // Test hooks; nil outside tests.
@@ -38,6 +41,7 @@ type tree struct {
 	dstPath  string // dst as a path, for otiai10/copy
 
 	srcRoot, dstRoot *os.Root
+	dirs             dirCache // parent directories for linkat
 
 	filesCopied, bytesCopied atomic.Int64
 	filesLinked, bytesLinked atomic.Int64
@@ -88,6 +92,8 @@ func (t *tree) copyAndValidate(res *Result) (err error) {
 	}
 	defer t.dstRoot.Close()
 
+	t.dirs.node = t.node
+	defer t.dirs.close()
 	stop := t.logProgress()
 	err = copy.Copy(".", t.dstPath, copy.Options{
 		// Reading through the confined root means a symlink swapped in
@@ -152,7 +158,7 @@ func (t *tree) skip(info os.FileInfo, src, dest string) (bool, error) {
 		if testHookFile != nil {
 			testHookFile(rel)
 		}
-		if err := t.node.Link(path.Join(t.src, rel), path.Join(t.dst, rel)); err != nil {
+		if err := t.link(rel); err != nil {
 			return true, err
 		}
 		t.filesLinked.Add(1)
@@ -222,68 +228,86 @@ func (t *tree) logProgress() (stop func()) {
 // same target, hard links to the same inode, copies with the same size (and
 // content, if configured). A source changed by a stale holder after it was
 // copied fails validation; the target then gets no marker.
+//
+// It works on directory descriptors (fstatat, openat without following
+// symlinks), a few system calls per file, because with hard links
+// validation costs as much as the linking itself.
 func (t *tree) validate() error {
-	return fs.WalkDir(t.srcRoot.FS(), ".", func(rel string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
+	src, err := t.srcRoot.Open(".")
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	dst, err := t.dstRoot.Open(".")
+	if err != nil {
+		return err
+	}
+	defer dst.Close()
+	return t.validateDir(src, dst, "")
+}
+
+func (t *tree) validateDir(src, dst *os.File, dir string) error {
+	entries, err := src.ReadDir(-1)
+	if err != nil {
+		return err
+	}
+	sfd, dfd := int(src.Fd()), int(dst.Fd())
+	for _, e := range entries {
 		if err := t.ctx.Err(); err != nil {
 			return err
 		}
-		if rel == "." {
-			return nil
-		}
+		name := e.Name()
+		rel := path.Join(dir, name)
 		bad := func(format string, args ...any) error {
 			return fmt.Errorf("%w: %s: %s", ErrValidation, rel, fmt.Sprintf(format, args...))
 		}
-		act := t.classify(rel, d.Type())
+		act := t.classify(rel, e.Type())
 		if act == actSkip || act == actSpecial {
-			if d.IsDir() {
-				return fs.SkipDir
-			}
-			return nil
+			continue
 		}
-		di, err := t.dstRoot.Lstat(rel)
-		if errors.Is(err, fs.ErrNotExist) {
-			return bad("missing in the target")
-		}
-		if err != nil {
+		var ss, ds unix.Stat_t
+		if err := fstatat(sfd, name, &ss); err != nil {
 			return err
 		}
-		if di.Mode().Type() != d.Type() {
-			return bad("type %v in the target, %v in the source", di.Mode().Type(), d.Type())
+		switch err := fstatat(dfd, name, &ds); {
+		case errors.Is(err, fs.ErrNotExist):
+			return bad("missing in the target")
+		case err != nil:
+			return err
 		}
+		if st, dt := ss.Mode&unix.S_IFMT, ds.Mode&unix.S_IFMT; st != dt {
+			return bad("file type %#o in the target, %#o in the source", dt, st)
+		}
+		sameInode := ss.Dev == ds.Dev && ss.Ino == ds.Ino
 		switch act {
+		case actDir:
+			if err := t.validateSubdir(src, dst, name, rel); err != nil {
+				return err
+			}
 		case actSymlink:
-			st, err := t.srcRoot.Readlink(rel)
+			st, err := readlinkat(sfd, name)
 			if err != nil {
 				return err
 			}
-			dt, err := t.dstRoot.Readlink(rel)
+			dt, err := readlinkat(dfd, name)
 			if err != nil {
 				return err
 			}
 			if st != dt {
 				return bad("link target %q in the target, %q in the source", dt, st)
 			}
-		case actLink, actCopy:
-			si, err := d.Info()
-			if err != nil {
-				return err
+		case actLink:
+			if !sameInode {
+				return bad("not a hard link to the source")
 			}
-			if act == actLink {
-				if !os.SameFile(si, di) {
-					return bad("not a hard link to the source")
-				}
-				return nil
-			}
-			if os.SameFile(si, di) {
+		case actCopy:
+			if sameInode {
 				// Sharing a mutable file with a stale holder is the one
 				// thing a copy must never do.
 				return bad("shares its inode with the source")
 			}
-			if si.Size() != di.Size() {
-				return bad("size %d in the target, %d in the source", di.Size(), si.Size())
+			if ss.Size != ds.Size {
+				return bad("size %d in the target, %d in the source", ds.Size, ss.Size)
 			}
 			if t.cfg.verifyContent {
 				same, err := sameContent(t.srcRoot, t.dstRoot, rel)
@@ -295,8 +319,139 @@ func (t *tree) validate() error {
 				}
 			}
 		}
-		return nil
-	})
+	}
+	return nil
+}
+
+func (t *tree) validateSubdir(src, dst *os.File, name, rel string) error {
+	s, err := openDirAt(src, name)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	d, err := openDirAt(dst, name)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return t.validateDir(s, d, rel)
+}
+
+// openDirAt opens the directory name in dir without following a symlink.
+func openDirAt(dir *os.File, name string) (*os.File, error) {
+	fd, err := unix.Openat(int(dir.Fd()), name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "openat", Path: path.Join(dir.Name(), name), Err: err}
+	}
+	return os.NewFile(uintptr(fd), path.Join(dir.Name(), name)), nil
+}
+
+func fstatat(dirfd int, name string, st *unix.Stat_t) error {
+	if err := unix.Fstatat(dirfd, name, st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return &os.PathError{Op: "fstatat", Path: name, Err: err}
+	}
+	return nil
+}
+
+func readlinkat(dirfd int, name string) (string, error) {
+	for n := 256; ; n *= 2 {
+		buf := make([]byte, n)
+		m, err := unix.Readlinkat(dirfd, name, buf)
+		if err != nil {
+			return "", &os.PathError{Op: "readlinkat", Path: name, Err: err}
+		}
+		if m < n {
+			return string(buf[:m]), nil
+		}
+	}
+}
+
+// dirCache keeps a few directories of the node open so that hard-linking a
+// file is one linkat(2) between two directory descriptors instead of two
+// path walks through os.Root (which opens every component). Paths are
+// relative to node and opened through it, so they cannot leave it. Entries
+// are reference-counted so that concurrent workers link in parallel and an
+// entry is closed only when nobody uses it.
+type dirCache struct {
+	node *os.Root
+	mu   sync.Mutex
+	open map[string]*cachedDir
+}
+
+type cachedDir struct {
+	f       *os.File
+	refs    int
+	evicted bool
+}
+
+const dirCacheSize = 32
+
+func (c *dirCache) get(dir string) (*cachedDir, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if d, ok := c.open[dir]; ok {
+		d.refs++
+		return d, nil
+	}
+	if c.open == nil {
+		c.open = map[string]*cachedDir{}
+	}
+	if len(c.open) >= dirCacheSize {
+		for k, d := range c.open {
+			delete(c.open, k)
+			d.evicted = true
+			if d.refs == 0 {
+				d.f.Close()
+			}
+		}
+	}
+	f, err := c.node.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	d := &cachedDir{f: f, refs: 1}
+	c.open[dir] = d
+	return d, nil
+}
+
+func (c *dirCache) put(d *cachedDir) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if d.refs--; d.refs == 0 && d.evicted {
+		d.f.Close()
+	}
+}
+
+func (c *dirCache) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, d := range c.open {
+		delete(c.open, k)
+		d.evicted = true
+		if d.refs == 0 {
+			d.f.Close()
+		}
+	}
+}
+
+// link hard-links the source file rel into the target. linkat without
+// AT_SYMLINK_FOLLOW links a symlink itself, never what it points to.
+func (t *tree) link(rel string) error {
+	dir, name := path.Split(rel)
+	sd, err := t.dirs.get(path.Join(t.src, dir))
+	if err != nil {
+		return err
+	}
+	defer t.dirs.put(sd)
+	dd, err := t.dirs.get(path.Join(t.dst, dir))
+	if err != nil {
+		return err
+	}
+	defer t.dirs.put(dd)
+	if err := unix.Linkat(int(sd.f.Fd()), name, int(dd.f.Fd()), name, 0); err != nil {
+		return &os.LinkError{Op: "linkat", Old: path.Join(t.src, rel), New: path.Join(t.dst, rel), Err: err}
+	}
+	return nil
 }
 
 // sameContent compares a file in two roots byte by byte: as much I/O as a
