@@ -1,0 +1,102 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/nodeid/nodeid/nodeid"
+)
+
+// cmdAcquire is the ECS init container: acquire, prepare the data
+// directory, write the env file and the hand-off, and exit 0. The lease is
+// then kept by `renew` (or an embedded provider that adopts the hand-off);
+// if nobody adopts it, it expires like a crashed holder's.
+func cmdAcquire(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	names := append(append([]string{"env-file", "handoff-file"}, leaseOptions...), dataOptions...)
+	s, rest, err := parseSettings("acquire", args, stderr, names, nil)
+	if err != nil {
+		return err
+	}
+	if len(rest) > 0 {
+		return usagef("unexpected arguments %q", rest)
+	}
+	if s.envFile == "" {
+		return usagef("no env file: set --env-file or NODEID_ENV_FILE")
+	}
+	if s.handoffFile == "" {
+		s.handoffFile = defaultHandoff(s.envFile)
+	}
+	for what, path := range map[string]string{"env file": s.envFile, "hand-off file": s.handoffFile} {
+		if err := checkWritableFile(what, path); err != nil {
+			return err
+		}
+	}
+	ctx, stop := signalContext(ctx)
+	defer stop()
+	sess, err := newSession(ctx, s, stderr)
+	if err != nil {
+		return err
+	}
+	p := sess.provider
+	inst, err := p.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	dataDir, err := sess.prepareDataDir(ctx, inst)
+	if err != nil {
+		if !errors.Is(err, nodeid.ErrLeaseLost) {
+			cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = p.Close(cctx)
+		}
+		return err
+	}
+	env := sess.nodeEnv(inst, dataDir)
+	env = append(env, "NODE_HANDOFF_FILE="+s.handoffFile)
+	h, err := p.HandOff(ctx)
+	if err != nil {
+		return err
+	}
+	b, _ := json.Marshal(h)
+	if err := writeFileAtomic(s.handoffFile, append(b, '\n'), 0o600); err != nil {
+		return fmt.Errorf("hand-off file: %w", err)
+	}
+	if err := writeFileAtomic(s.envFile, []byte(strings.Join(env, "\n")+"\n"), 0o644); err != nil {
+		return fmt.Errorf("env file: %w", err)
+	}
+	left := time.Duration(h.ValidUntilMonotonicNs) - monotonicNow()
+	sess.log.Info("node id acquired and handed off", "node_id", inst.ID, "version", int64(inst.Version),
+		"env_file", s.envFile, "handoff_file", s.handoffFile, "adopt_within", left.Round(time.Millisecond))
+	return nil
+}
+
+func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(mode); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}

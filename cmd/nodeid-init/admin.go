@@ -1,0 +1,101 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/nodeid/nodeid/nodeid"
+)
+
+// adminSession reads the settings of an operator command and connects.
+func adminSession(ctx context.Context, cmd string, args []string, stderr io.Writer, extra func(*flag.FlagSet, *settings)) (*settings, *nodeid.S3Repository, error) {
+	s, rest, err := parseSettings(cmd, args, stderr, append([]string{"cluster-size", "lease-duration", "task-id"}, s3Options...), extra)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(rest) > 0 {
+		return nil, nil, usagef("unexpected arguments %q", rest)
+	}
+	if err := s.requireBucket(); err != nil {
+		return nil, nil, err
+	}
+	if s.leaseDuration == 0 {
+		s.leaseDuration = nodeid.DefaultLeaseDuration
+	}
+	if s.taskID == "" {
+		s.taskID = "nodeid-init-" + cmd
+	}
+	repo, err := s.repository(ctx)
+	return s, repo, err
+}
+
+func cmdBootstrap(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	s, repo, err := adminSession(ctx, "bootstrap", args, stderr, nil)
+	if err != nil {
+		return err
+	}
+	if err := s.requireClusterSize(); err != nil {
+		return err
+	}
+	if err := s.probe(ctx, repo, s.logger(stderr)); err != nil {
+		return err
+	}
+	if err := nodeid.Initialize(ctx, repo, s.clusterSize, s.taskID, s.leaseDuration); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "cluster of %d node IDs ready in s3://%s/%s\n", s.clusterSize, s.bucket, s.prefix)
+	return nil
+}
+
+func cmdScale(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	s, repo, err := adminSession(ctx, "scale", args, stderr, nil)
+	if err != nil {
+		return err
+	}
+	if err := s.requireClusterSize(); err != nil {
+		return err
+	}
+	if err := nodeid.Scale(ctx, repo, s.clusterSize, s.taskID, s.leaseDuration); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "cluster scaled to %d node IDs; IDs at and above %d are unusable, their holders fence themselves\n", s.clusterSize, s.clusterSize)
+	return nil
+}
+
+func cmdRelease(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	node := -1
+	s, repo, err := adminSession(ctx, "release", args, stderr, func(fs *flag.FlagSet, s *settings) {
+		fs.IntVar(&node, "node", -1, "node ID to release")
+		fs.BoolVar(&s.force, "force", false, "required: the holder must be known to be dead")
+	})
+	if err != nil {
+		return err
+	}
+	if node < 0 {
+		return usagef("no node: set --node N")
+	}
+	if !s.force {
+		return usagef("release --node %d needs --force: a live holder keeps writing until its next renewal fails, and its successor would hard-link its files", node)
+	}
+	v, err := nodeid.ForceRelease(ctx, repo, node)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "node %d released at version %d; the next holder gets version %d\n", node, v, v+1)
+	return nil
+}
+
+func cmdProbe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	s, repo, err := adminSession(ctx, "probe", args, stderr, nil)
+	if err != nil {
+		return err
+	}
+	s.skipProbe = false
+	if err := s.probe(ctx, repo, s.logger(stderr)); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "s3://%s: conditional writes are enforced (If-None-Match: * and If-Match)\n", s.bucket)
+	return nil
+}

@@ -1,0 +1,413 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nodeid/nodeid/nodeid"
+)
+
+// errHelp is returned after -h printed the flags: exit 0.
+var errHelp = errors.New("help requested")
+
+// settings is the configuration of every subcommand. Each field has a flag
+// and a NODEID_* variable; the flag wins.
+type settings struct {
+	bucket, prefix   string
+	clusterSize      int
+	leaseDuration    time.Duration
+	renewInterval    time.Duration
+	acquireTimeout   time.Duration
+	readinessTimeout time.Duration
+	stopTimeout      time.Duration
+	allowedIDs       []int
+	taskID           string
+	dataRoot         string
+	keepVersions     int
+	immutable, skip  []string
+	envFile          string
+	handoffFile      string
+	leaseFile        string
+	metricsAddr      string
+	logFormat        string
+	logLevel         slog.Level
+	endpoint, region string
+	pathStyle        bool
+	skipProbe        bool
+	// status, release
+	json, watch, force bool
+	node               int
+}
+
+// option is one setting: its flag, its variable and how to parse it.
+type option struct {
+	flag, env, def, usage string
+	set                   func(s *settings, v string) error
+}
+
+var options = []option{
+	{"bucket", "NODEID_BUCKET", "", "S3 bucket of the lease objects (required)", func(s *settings, v string) error {
+		s.bucket = v
+		if v == "" {
+			return nil
+		}
+		return nodeid.ValidateBucket(v)
+	}},
+	{"prefix", "NODEID_PREFIX", "", "key prefix, e.g. zeebe-prod/, so clusters can share a bucket", func(s *settings, v string) error {
+		s.prefix = v
+		return nodeid.ValidatePrefix(v)
+	}},
+	{"cluster-size", "NODEID_CLUSTER_SIZE", "", "number of node IDs, 0..N-1", func(s *settings, v string) error {
+		return parseInt(v, 1, &s.clusterSize)
+	}},
+	{"lease-duration", "NODEID_LEASE_DURATION", "15s", "lease duration L", func(s *settings, v string) error {
+		return parseDuration(v, &s.leaseDuration)
+	}},
+	{"renew-interval", "NODEID_RENEW_INTERVAL", "", "renew interval (default L/3)", func(s *settings, v string) error {
+		return parseDuration(v, &s.renewInterval)
+	}},
+	{"acquire-timeout", "NODEID_ACQUIRE_TIMEOUT", "", "give up acquiring after this long (default: wait forever); exit 5", func(s *settings, v string) error {
+		return parseDuration(v, &s.acquireTimeout)
+	}},
+	{"readiness-timeout", "NODEID_READINESS_TIMEOUT", "", "after an ungraceful takeover, wait this long for peers to learn our version before /readyz turns ready", func(s *settings, v string) error {
+		return parseDuration(v, &s.readinessTimeout)
+	}},
+	{"stop-timeout", "NODEID_STOP_TIMEOUT", "25s", "run: after SIGTERM, how long the child may take to stop before SIGKILL", func(s *settings, v string) error {
+		return parseDuration(v, &s.stopTimeout)
+	}},
+	{"allowed-ids", "NODEID_ALLOWED_IDS", "", "IDs this task may take, e.g. 0,2,4 or 0-5", func(s *settings, v string) error {
+		ids, err := parseIDList(v)
+		s.allowedIDs = ids
+		return err
+	}},
+	{"task-id", "NODEID_TASK_ID", "", "this task's identity (default: ECS task ARN, else hostname plus a random suffix)", func(s *settings, v string) error {
+		s.taskID = v
+		if v == "" {
+			return nil
+		}
+		return nodeid.ValidateTaskID(v)
+	}},
+	{"data-root", "NODEID_DATA_ROOT", "", "shared storage root; when set, node-N/vK is prepared there", func(s *settings, v string) error {
+		s.dataRoot = v
+		return nil
+	}},
+	{"keep-versions", "NODEID_KEEP_VERSIONS", "2", "valid data directory versions kept besides the current one", func(s *settings, v string) error {
+		return parseInt(v, 1, &s.keepVersions)
+	}},
+	{"immutable", "NODEID_IMMUTABLE", "", "comma-separated patterns of files never modified once written (hard-linked even after a crash), e.g. snapshots/**", func(s *settings, v string) error {
+		s.immutable = splitList(v)
+		return nil
+	}},
+	{"skip", "NODEID_SKIP", "", "comma-separated patterns not carried to the new version, e.g. runtime/**,**/*.lock", func(s *settings, v string) error {
+		s.skip = splitList(v)
+		return nil
+	}},
+	{"env-file", "NODEID_ENV_FILE", "", "acquire: file to write NODE_ID=... to", func(s *settings, v string) error {
+		s.envFile = v
+		return nil
+	}},
+	{"handoff-file", "NODEID_HANDOFF_FILE", "", "acquire/renew: the lease hand-off file (default: nodeid-handoff.json beside the env file)", func(s *settings, v string) error {
+		s.handoffFile = v
+		return nil
+	}},
+	{"lease-file", "NODEID_LEASE_FILE", "", "run/renew: file kept current with the fencing token and monotonic deadline; health: file to check", func(s *settings, v string) error {
+		s.leaseFile = v
+		return nil
+	}},
+	{"metrics-addr", "NODEID_METRICS_ADDR", "", "serve /healthz, /readyz and /metrics on this address, e.g. :9600", func(s *settings, v string) error {
+		s.metricsAddr = v
+		if v == "" {
+			return nil
+		}
+		_, _, err := net.SplitHostPort(v)
+		return err
+	}},
+	{"log-format", "NODEID_LOG_FORMAT", "text", "json or text", func(s *settings, v string) error {
+		if v != "json" && v != "text" {
+			return fmt.Errorf("want json or text")
+		}
+		s.logFormat = v
+		return nil
+	}},
+	{"log-level", "NODEID_LOG_LEVEL", "info", "debug, info, warn or error", func(s *settings, v string) error {
+		return s.logLevel.UnmarshalText([]byte(v))
+	}},
+	{"endpoint", "NODEID_S3_ENDPOINT", "", "S3 endpoint URL (default: AWS_ENDPOINT_URL_S3, else AWS)", func(s *settings, v string) error {
+		s.endpoint = v
+		return nil
+	}},
+	{"region", "NODEID_S3_REGION", "", "S3 region (default: AWS_REGION, else us-east-1)", func(s *settings, v string) error {
+		s.region = v
+		return nil
+	}},
+	{"s3-path-style", "NODEID_S3_PATH_STYLE", "false", "path-style addressing, as most S3-compatible servers need", func(s *settings, v string) error {
+		return parseBool(v, &s.pathStyle)
+	}},
+	{"skip-probe", "NODEID_SKIP_PROBE", "false", "do not check at start that the endpoint enforces conditional writes", func(s *settings, v string) error {
+		return parseBool(v, &s.skipProbe)
+	}},
+}
+
+// parseSettings reads the named options from the environment, then flags.
+// extra defines subcommand flags that have no variable.
+func parseSettings(cmd string, args []string, stderr io.Writer, names []string, extra func(fs *flag.FlagSet, s *settings)) (*settings, []string, error) {
+	s := &settings{logLevel: slog.LevelInfo}
+	fs := flag.NewFlagSet("nodeid-init "+cmd, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	values := map[string]*string{}
+	var opts []option
+	for _, o := range options {
+		for _, n := range names {
+			if n == o.flag {
+				opts = append(opts, o)
+				values[o.flag] = fs.String(o.flag, "", fmt.Sprintf("%s (env %s)", o.usage, o.env))
+			}
+		}
+	}
+	if extra != nil {
+		extra(fs, s)
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintf(stderr, "usage: nodeid-init %s [flags]\n", cmd)
+			fs.SetOutput(stderr)
+			fs.PrintDefaults()
+			return nil, nil, errHelp
+		}
+		return nil, nil, usagef("%v (see nodeid-init %s -h)", err, cmd)
+	}
+	setByFlag := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { setByFlag[f.Name] = true })
+	for _, o := range opts {
+		v, source := o.def, "default"
+		if e, ok := os.LookupEnv(o.env); ok {
+			v, source = e, o.env
+		}
+		if setByFlag[o.flag] {
+			v, source = *values[o.flag], "--"+o.flag
+		}
+		if err := o.set(s, strings.TrimSpace(v)); err != nil {
+			return nil, nil, usagef("invalid %s %q: %s", source, v, strings.TrimPrefix(oneLine(err), nodeid.ErrInvalidConfig.Error()+": "))
+		}
+	}
+	return s, fs.Args(), nil
+}
+
+func parseDuration(v string, dst *time.Duration) error {
+	if v == "" {
+		*dst = 0
+		return nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return fmt.Errorf("not a duration (e.g. 15s, 500ms)")
+	}
+	if d < 0 {
+		return fmt.Errorf("negative duration")
+	}
+	*dst = d
+	return nil
+}
+
+func parseInt(v string, minimum int, dst *int) error {
+	if v == "" {
+		return nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return fmt.Errorf("not an integer")
+	}
+	if n < minimum {
+		return fmt.Errorf("must be >= %d", minimum)
+	}
+	*dst = n
+	return nil
+}
+
+func parseBool(v string, dst *bool) error {
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return fmt.Errorf("not a boolean (true or false)")
+	}
+	*dst = b
+	return nil
+}
+
+// parseIDList parses "0,2,4" and "0-5" (and mixtures).
+func parseIDList(v string) ([]int, error) {
+	if v == "" {
+		return nil, nil
+	}
+	seen := map[int]bool{}
+	for _, part := range strings.Split(v, ",") {
+		part = strings.TrimSpace(part)
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil || a < 0 {
+			return nil, fmt.Errorf("%q is not a node ID", part)
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.Atoi(hi); err != nil || b < a {
+				return nil, fmt.Errorf("%q is not a range of node IDs", part)
+			}
+		}
+		if b-a > 100000 {
+			return nil, fmt.Errorf("range %q too large", part)
+		}
+		for id := a; id <= b; id++ {
+			seen[id] = true
+		}
+	}
+	ids := make([]int, 0, len(seen))
+	for id := range seen {
+		ids = append(ids, id)
+	}
+	sort.Ints(ids)
+	return ids, nil
+}
+
+func splitList(v string) []string {
+	var out []string
+	for _, p := range strings.Split(v, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// requireBucket and requireClusterSize are checked by the commands that need them.
+func (s *settings) requireBucket() error {
+	if s.bucket == "" {
+		return usagef("no bucket: set --bucket or NODEID_BUCKET")
+	}
+	return nil
+}
+
+func (s *settings) requireClusterSize() error {
+	if s.clusterSize < 1 {
+		return usagef("no cluster size: set --cluster-size or NODEID_CLUSTER_SIZE")
+	}
+	return nil
+}
+
+// checkDataRoot verifies, without writing, that the data root is a writable
+// directory.
+func (s *settings) checkDataRoot() error {
+	if s.dataRoot == "" {
+		return nil
+	}
+	fi, err := os.Stat(s.dataRoot)
+	if err != nil {
+		return usagef("data root %s: %v", s.dataRoot, errors.Unwrap(err))
+	}
+	if !fi.IsDir() {
+		return usagef("data root %s is not a directory", s.dataRoot)
+	}
+	if err := unix.Access(s.dataRoot, unix.W_OK|unix.X_OK); err != nil {
+		return usagef("data root %s is not writable: %v", s.dataRoot, err)
+	}
+	return nil
+}
+
+// checkWritableFile verifies, without writing, that path can be created or
+// replaced.
+func checkWritableFile(what, path string) error {
+	dir := filepath.Dir(path)
+	fi, err := os.Stat(dir)
+	if err != nil || !fi.IsDir() {
+		return usagef("%s %s: directory %s does not exist", what, path, dir)
+	}
+	if err := unix.Access(dir, unix.W_OK|unix.X_OK); err != nil {
+		return usagef("%s %s: directory %s is not writable", what, path, dir)
+	}
+	if fi, err := os.Stat(path); err == nil {
+		if fi.IsDir() {
+			return usagef("%s %s is a directory", what, path)
+		}
+		if err := unix.Access(path, unix.W_OK); err != nil {
+			return usagef("%s %s is not writable", what, path)
+		}
+	}
+	return nil
+}
+
+func (s *settings) logger(stderr io.Writer) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: s.logLevel}
+	if s.logFormat == "json" {
+		return slog.New(slog.NewJSONHandler(stderr, opts))
+	}
+	return slog.New(slog.NewTextHandler(stderr, opts))
+}
+
+// providerConfig builds and validates the library configuration, so timing
+// mistakes are reported before anything is read or written.
+func (s *settings) providerConfig(log *slog.Logger) (nodeid.Config, error) {
+	cfg := nodeid.Config{
+		TaskID:           s.taskID,
+		ClusterSize:      s.clusterSize,
+		AllowedIDs:       s.allowedIDs,
+		LeaseDuration:    s.leaseDuration,
+		RenewInterval:    s.renewInterval,
+		AcquireTimeout:   s.acquireTimeout,
+		ReadinessTimeout: s.readinessTimeout,
+		Logger:           log,
+	}
+	if cfg.TaskID == "" {
+		cfg.TaskID = "placeholder" // resolved later; validated for the rest now
+	}
+	p, err := nodeid.NewProvider(noRepository{}, cfg)
+	if err != nil {
+		return nodeid.Config{}, usagef("%s", strings.TrimPrefix(err.Error(), nodeid.ErrInvalidConfig.Error()+": "))
+	}
+	cfg = p.Config()
+	cfg.TaskID = s.taskID
+	return cfg, nil
+}
+
+// noRepository lets providerConfig validate without storage.
+type noRepository struct{ nodeid.Repository }
+
+// repository connects to S3. It reads nothing yet.
+func (s *settings) repository(ctx context.Context) (*nodeid.S3Repository, error) {
+	client, err := nodeid.NewS3Client(ctx, nodeid.S3Config{Endpoint: s.endpoint, Region: s.region, PathStyle: s.pathStyle})
+	if err != nil {
+		return nil, usagef("%v", err)
+	}
+	timeout := nodeid.DefaultRequestTimeout
+	if s.renewInterval > 0 {
+		timeout = min(timeout, s.renewInterval)
+	}
+	return nodeid.NewS3Repository(client, s.bucket, s.prefix, timeout)
+}
+
+// probe checks the endpoint unless told not to.
+func (s *settings) probe(ctx context.Context, repo *nodeid.S3Repository, log *slog.Logger) error {
+	if s.skipProbe {
+		log.Warn("conditional-write probe skipped (--skip-probe)")
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := repo.Probe(ctx); err != nil {
+		return err
+	}
+	log.Debug("endpoint enforces conditional writes")
+	return nil
+}
+
+var s3Options = []string{"bucket", "prefix", "endpoint", "region", "s3-path-style", "log-format", "log-level"}

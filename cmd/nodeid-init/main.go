@@ -1,0 +1,132 @@
+// Command nodeid-init gives an ECS task a stable node ID: as a supervisor
+// that runs the broker (run), as an init container (acquire) with a sidecar
+// that keeps the lease (renew), and as the operator's tool (status,
+// bootstrap, scale, release, probe, health). See docs/cli.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/nodeid/nodeid/nodeid"
+)
+
+// Exit codes; documented in docs/cli.md and relied on by the tests.
+const (
+	exitOK             = 0
+	exitError          = 1 // any other error
+	exitUsage          = 2 // invalid usage or configuration
+	exitLeaseLost      = nodeid.ExitCodeLeaseLost
+	exitNotEnforced    = 4 // the endpoint does not enforce conditional writes
+	exitAcquireTimeout = 5 // no node ID acquired before the acquire timeout
+)
+
+// usageError is bad input: exit code 2.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(format, args...)} }
+
+// exitError carries an explicit exit code (a child's, in run mode).
+type codeError struct {
+	code int
+	err  error
+}
+
+func (e *codeError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit code %d", e.code)
+	}
+	return e.err.Error()
+}
+
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
+
+func commands() []command {
+	return []command{
+		{"run", "acquire a node ID, prepare its data directory, run CMD and renew while it runs", cmdRun},
+		{"acquire", "ECS init container: acquire, prepare, write the env file and a hand-off, exit", cmdAcquire},
+		{"renew", "ECS sidecar: adopt the hand-off and renew until SIGTERM; exit 3 on loss", cmdRenew},
+		{"status", "show every node ID's lease", cmdStatus},
+		{"bootstrap", "create the lease objects of a new cluster", cmdBootstrap},
+		{"scale", "grow or shrink the cluster (IDs are never deleted)", cmdScale},
+		{"release", "force-release a node ID whose holder is known to be dead", cmdRelease},
+		{"probe", "check that the endpoint enforces conditional writes", cmdProbe},
+		{"health", "exit 0 when this task's lease is valid (ECS health check)", cmdHealth},
+		{"version", "print the version", cmdVersion},
+	}
+}
+
+func main() {
+	os.Exit(realMain(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func realMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		printUsage(stderr)
+		if len(args) == 0 {
+			return exitUsage
+		}
+		return exitOK
+	}
+	for _, c := range commands() {
+		if c.name == args[0] {
+			err := c.run(ctx, args[1:], stdout, stderr)
+			code := exitCode(err)
+			if err != nil && !errors.Is(err, errHelp) {
+				var ce *codeError
+				if !errors.As(err, &ce) || ce.err != nil {
+					fmt.Fprintf(stderr, "nodeid-init %s: %s\n", c.name, oneLine(err))
+				}
+			}
+			return code
+		}
+	}
+	fmt.Fprintf(stderr, "nodeid-init: unknown command %q (see nodeid-init help)\n", args[0])
+	return exitUsage
+}
+
+// exitCode maps an error to the documented exit codes.
+func exitCode(err error) int {
+	var ce *codeError
+	var ue *usageError
+	switch {
+	case err == nil, errors.Is(err, errHelp):
+		return exitOK
+	case errors.As(err, &ce):
+		return ce.code
+	case errors.As(err, &ue), errors.Is(err, nodeid.ErrInvalidConfig), errors.Is(err, nodeid.ErrAccessDenied):
+		return exitUsage
+	case errors.Is(err, nodeid.ErrConditionalWritesNotEnforced):
+		return exitNotEnforced
+	case errors.Is(err, nodeid.ErrAcquireTimeout):
+		return exitAcquireTimeout
+	case errors.Is(err, nodeid.ErrLeaseLost):
+		return exitLeaseLost
+	}
+	return exitError
+}
+
+func oneLine(err error) string {
+	return strings.Join(strings.Fields(err.Error()), " ")
+}
+
+func printUsage(w io.Writer) {
+	fmt.Fprintln(w, "usage: nodeid-init COMMAND [flags]   (flags also come from NODEID_* variables; see docs/cli.md)")
+	fmt.Fprintln(w)
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "exit codes: 0 ok, 1 error, 2 usage or configuration, 3 lease lost,")
+	fmt.Fprintln(w, "            4 endpoint ignores conditional writes, 5 acquire timeout; run passes the child's code through")
+}

@@ -1,0 +1,128 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/nodeid/nodeid/nodeid"
+)
+
+// metrics are the Prometheus series of one task, fed by provider events.
+type metrics struct {
+	reg             *prometheus.Registry
+	held            prometheus.Gauge
+	nodeID          prometheus.Gauge
+	version         prometheus.Gauge
+	renewals        prometheus.Counter
+	renewalFailures prometheus.Counter
+	renewLatency    prometheus.Histogram
+	acquireAttempts prometheus.Counter
+	acquireSeconds  prometheus.Gauge
+	transitions     *prometheus.CounterVec
+	selfFences      prometheus.Counter
+}
+
+func newMetrics() *metrics {
+	m := &metrics{
+		reg:             prometheus.NewRegistry(),
+		held:            prometheus.NewGauge(prometheus.GaugeOpts{Name: "nodeid_lease_held", Help: "1 while this task holds a valid lease."}),
+		nodeID:          prometheus.NewGauge(prometheus.GaugeOpts{Name: "nodeid_node_id", Help: "Node ID held (-1 when none)."}),
+		version:         prometheus.NewGauge(prometheus.GaugeOpts{Name: "nodeid_version", Help: "Version (fencing token) of the lease held."}),
+		renewals:        prometheus.NewCounter(prometheus.CounterOpts{Name: "nodeid_renewals_total", Help: "Successful renewals."}),
+		renewalFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "nodeid_renewal_failures_total", Help: "Failed renewal attempts."}),
+		renewLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "nodeid_renew_latency_seconds", Help: "Round trip of renewals.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}}),
+		acquireAttempts: prometheus.NewCounter(prometheus.CounterOpts{Name: "nodeid_acquire_attempts_total", Help: "Conditional writes sent to take a node ID."}),
+		acquireSeconds:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "nodeid_acquire_duration_seconds", Help: "Time the last acquisition took."}),
+		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nodeid_lease_transitions_total",
+			Help: "Lease state changes by new state; alarm on a high rate of 'lost' (flapping)."}, []string{"to"}),
+		selfFences: prometheus.NewCounter(prometheus.CounterOpts{Name: "nodeid_self_fence_total", Help: "Losses by the self-fence deadline."}),
+	}
+	m.nodeID.Set(-1)
+	m.reg.MustRegister(m.held, m.nodeID, m.version, m.renewals, m.renewalFailures, m.renewLatency,
+		m.acquireAttempts, m.acquireSeconds, m.transitions, m.selfFences)
+	for _, to := range []string{"held", "lost", "released", "handed-off"} {
+		m.transitions.WithLabelValues(to)
+	}
+	return m
+}
+
+func (m *metrics) observe(e nodeid.Event) {
+	switch e.Kind {
+	case nodeid.EventAcquireAttempt:
+		m.acquireAttempts.Inc()
+	case nodeid.EventAcquired:
+		m.held.Set(1)
+		m.nodeID.Set(float64(e.Instance.ID))
+		m.version.Set(float64(e.Instance.Version))
+		m.acquireSeconds.Set(e.Latency.Seconds())
+		m.transitions.WithLabelValues("held").Inc()
+	case nodeid.EventRenewed:
+		m.renewals.Inc()
+		m.renewLatency.Observe(e.Latency.Seconds())
+	case nodeid.EventRenewalFailed:
+		m.renewalFailures.Inc()
+	case nodeid.EventLost:
+		m.held.Set(0)
+		m.transitions.WithLabelValues("lost").Inc()
+		if e.SelfFence {
+			m.selfFences.Inc()
+		}
+	case nodeid.EventReleased:
+		m.held.Set(0)
+		m.transitions.WithLabelValues("released").Inc()
+	case nodeid.EventHandedOff:
+		m.held.Set(0)
+		m.transitions.WithLabelValues("handed-off").Inc()
+	}
+}
+
+// serveHealth serves /healthz (lease valid), /readyz (acquired and ready)
+// and /metrics on addr until ctx ends. It listens before returning, so a
+// bad address is reported at start.
+func serveHealth(ctx context.Context, addr string, m *metrics, p func() *nodeid.Provider, log *slog.Logger) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return usagef("metrics address %s: %v", addr, err)
+	}
+	mux := http.NewServeMux()
+	status := func(ok bool, w http.ResponseWriter) {
+		if ok {
+			w.WriteHeader(http.StatusOK)
+			w.Write([]byte("ok\n"))
+			return
+		}
+		w.WriteHeader(http.StatusServiceUnavailable)
+		w.Write([]byte("not ok\n"))
+	}
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		pr := p()
+		status(pr != nil && pr.Valid(), w)
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		pr := p()
+		status(pr != nil && pr.Ready(), w)
+	})
+	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server stopped", "err", err)
+		}
+	}()
+	log.Info("serving health and metrics", "addr", ln.Addr().String())
+	return nil
+}

@@ -1,0 +1,89 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/nodeid/nodeid/clock"
+	"github.com/nodeid/nodeid/nodeid"
+)
+
+// cmdRenew is the essential ECS sidecar: adopt the hand-off written by
+// `acquire`, renew until SIGTERM (then release), exit 3 on loss so ECS
+// stops the task.
+func cmdRenew(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	names := append([]string{"handoff-file", "env-file", "lease-file"}, leaseOptions...)
+	s, rest, err := parseSettings("renew", args, stderr, names, nil)
+	if err != nil {
+		return err
+	}
+	if len(rest) > 0 {
+		return usagef("unexpected arguments %q", rest)
+	}
+	if s.handoffFile == "" && s.envFile != "" {
+		s.handoffFile = defaultHandoff(s.envFile)
+	}
+	if s.handoffFile == "" {
+		return usagef("no hand-off file: set --handoff-file or NODEID_HANDOFF_FILE")
+	}
+	b, err := os.ReadFile(s.handoffFile)
+	if err != nil {
+		return usagef("hand-off file: %v", err)
+	}
+	var h nodeid.Handoff
+	if err := json.Unmarshal(b, &h); err != nil {
+		return usagef("hand-off file %s: %v", s.handoffFile, err)
+	}
+	if s.taskID == "" {
+		s.taskID = h.TaskID // the hand-off names the task that acquired it
+	}
+	if s.leaseFile != "" {
+		if err := checkWritableFile("lease file", s.leaseFile); err != nil {
+			return err
+		}
+	}
+
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
+	sess, err := newSession(ctx, s, stderr)
+	if err != nil {
+		return err
+	}
+	sess.leaseFile = s.leaseFile
+	p := sess.provider
+	inst, err := p.Adopt(ctx, h)
+	if err != nil {
+		return err
+	}
+	sess.log.Info("renewing adopted lease", "node_id", inst.ID, "version", int64(inst.Version))
+	select {
+	case err := <-sess.lost:
+		return &codeError{code: exitLeaseLost, err: err}
+	case sig := <-sigs:
+		sess.log.Info("releasing on signal", "signal", sig.String())
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := p.Close(cctx); err != nil {
+			return fmt.Errorf("release: %w", err)
+		}
+		return nil
+	}
+}
+
+func defaultHandoff(envFile string) string {
+	return filepathJoinDir(envFile, "nodeid-handoff.json")
+}
+
+func monotonicNow() time.Duration { return clock.SystemMonotonic() }
+
+// signalContext is cancelled by SIGTERM or SIGINT.
+func signalContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+}

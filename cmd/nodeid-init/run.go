@@ -1,0 +1,189 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"syscall"
+	"time"
+
+	"github.com/nodeid/nodeid/nodeid"
+)
+
+// cmdRun is the supervisor: acquire, prepare the data directory, run the
+// child with its identity in the environment, renew while it runs, and kill
+// it the moment the lease is lost.
+func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	names := append(append([]string{"stop-timeout", "lease-file"}, leaseOptions...), dataOptions...)
+	s, rest, err := parseSettings("run", args, stderr, names, nil)
+	if err != nil {
+		return err
+	}
+	if len(rest) == 0 {
+		return usagef("no command to run: nodeid-init run [flags] -- CMD [ARGS...]")
+	}
+	bin, err := exec.LookPath(rest[0])
+	if err != nil {
+		return usagef("command %q: %v", rest[0], errors.Unwrap(err))
+	}
+	if s.leaseFile == "" {
+		s.leaseFile = defaultLeaseFile()
+	}
+	if err := checkWritableFile("lease file", s.leaseFile); err != nil {
+		return err
+	}
+
+	// Signals: before the child runs they cancel acquisition; afterwards
+	// they are forwarded to it.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	sess, err := newSession(ctx, s, stderr)
+	if err != nil {
+		return err
+	}
+	sess.leaseFile = s.leaseFile
+	p := sess.provider
+
+	stopping := make(chan struct{})
+	go func() {
+		select {
+		case <-sigs:
+			sess.log.Info("stop requested before the command started")
+			close(stopping)
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	inst, err := p.Acquire(ctx)
+	if err != nil {
+		if isClosed(stopping) {
+			return nil
+		}
+		return err
+	}
+	release := func() {
+		cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer ccancel()
+		if err := p.Close(cctx); err != nil {
+			sess.log.Warn("release failed; the lease will expire", "err", err)
+		}
+	}
+	dataDir, err := sess.prepareDataDir(ctx, inst)
+	if err != nil {
+		if errors.Is(err, nodeid.ErrLeaseLost) {
+			return err
+		}
+		release()
+		if isClosed(stopping) {
+			return nil
+		}
+		return err
+	}
+	if isClosed(stopping) {
+		release()
+		return nil
+	}
+	cancel() // the acquisition-time signal watcher ends here
+
+	// Pdeathsig kills the child if this process dies, even by SIGKILL; it
+	// is tied to the OS thread that forks, so keep this goroutine on it.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	child := exec.Command(bin, rest[1:]...)
+	child.Args[0] = rest[0]
+	child.Env = append(os.Environ(), sess.nodeEnv(inst, dataDir)...)
+	child.Stdin, child.Stdout, child.Stderr = os.Stdin, stdout, stderr
+	child.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+
+	// A loss kills the child's whole process group at once: its data must
+	// not be touched once the ID may be someone else's.
+	started := make(chan struct{})
+	sess.whenLost(func(error) {
+		<-started
+		if child.Process != nil {
+			_ = syscall.Kill(-child.Process.Pid, syscall.SIGKILL)
+		}
+	})
+	if !p.Valid() {
+		close(started)
+		return p.Err()
+	}
+	err = child.Start()
+	close(started)
+	if err != nil {
+		release()
+		return fmt.Errorf("start %s: %w", rest[0], err)
+	}
+	sess.log.Info("command started", "node_id", inst.ID, "version", int64(inst.Version), "pid", child.Process.Pid, "command", rest[0])
+	exited := make(chan error, 1)
+	go func() { exited <- child.Wait() }()
+
+	var forwarded bool
+	var killTimer <-chan time.Time
+	for {
+		select {
+		case lerr := <-sess.lost:
+			<-exited
+			sess.log.Error("command killed: lease lost", "node_id", inst.ID, "version", int64(inst.Version), "err", lerr)
+			return &codeError{code: exitLeaseLost, err: lerr}
+		case sig := <-sigs:
+			if forwarded {
+				continue
+			}
+			forwarded = true
+			sess.log.Info("forwarding signal to the command", "signal", sig.String(), "stop_timeout", s.stopTimeout)
+			_ = syscall.Kill(-child.Process.Pid, sig.(syscall.Signal))
+			killTimer = time.After(s.stopTimeout)
+		case <-killTimer:
+			sess.log.Warn("command did not stop in time, killing it", "stop_timeout", s.stopTimeout)
+			_ = syscall.Kill(-child.Process.Pid, syscall.SIGKILL)
+			killTimer = nil
+		case werr := <-exited:
+			if lerr := p.Err(); errors.Is(lerr, nodeid.ErrLeaseLost) {
+				return &codeError{code: exitLeaseLost, err: lerr}
+			}
+			release()
+			code := childExitCode(werr)
+			sess.log.Info("command exited, lease released", "node_id", inst.ID, "version", int64(inst.Version), "exit_code", code, "after_signal", forwarded)
+			if forwarded && code >= 128 {
+				code = 0 // it stopped because we asked it to
+			}
+			if code != 0 {
+				return &codeError{code: code}
+			}
+			return nil
+		}
+	}
+}
+
+func childExitCode(err error) int {
+	if err == nil {
+		return 0
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return 128 + int(ws.Signal())
+		}
+		return ee.ExitCode()
+	}
+	return exitError
+}
+
+func isClosed(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}

@@ -1,0 +1,197 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/nodeid/nodeid/clock"
+	"github.com/nodeid/nodeid/datadir"
+	"github.com/nodeid/nodeid/leasefile"
+	"github.com/nodeid/nodeid/nodeid"
+)
+
+// session is what run, acquire and renew share: the checked configuration,
+// the repository, the provider and the side channels fed by its events (the
+// lease file and the metrics).
+type session struct {
+	s         *settings
+	cfg       nodeid.Config
+	log       *slog.Logger
+	repo      *nodeid.S3Repository
+	provider  *nodeid.Provider
+	metrics   *metrics
+	leaseFile string
+
+	mu     sync.Mutex
+	onLost []func(error) // run before the loss is reported, e.g. kill the child
+	lost   chan error
+}
+
+// leaseOptions are the settings of commands that take a lease.
+var leaseOptions = append([]string{"cluster-size", "lease-duration", "renew-interval", "acquire-timeout",
+	"readiness-timeout", "allowed-ids", "task-id", "metrics-addr", "skip-probe"}, s3Options...)
+
+var dataOptions = []string{"data-root", "keep-versions", "immutable", "skip"}
+
+// newSession validates what is left to validate, then connects: nothing
+// is written to S3 or the data root before this returns.
+func newSession(ctx context.Context, s *settings, stderr io.Writer) (*session, error) {
+	if err := s.requireBucket(); err != nil {
+		return nil, err
+	}
+	if err := s.requireClusterSize(); err != nil {
+		return nil, err
+	}
+	if err := s.checkDataRoot(); err != nil {
+		return nil, err
+	}
+	log := s.logger(stderr)
+	cfg, err := s.providerConfig(log)
+	if err != nil {
+		return nil, err
+	}
+	sess := &session{s: s, cfg: cfg, log: log, metrics: newMetrics(), lost: make(chan error, 1)}
+	if s.metricsAddr != "" {
+		if err := serveHealth(ctx, s.metricsAddr, sess.metrics, sess.currentProvider, log); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.TaskID, err = resolveTaskID(ctx, s, log); err != nil {
+		return nil, err
+	}
+	sess.log = log.With("task_id", cfg.TaskID)
+	cfg.Logger = log
+	if sess.repo, err = s.repository(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.probe(ctx, sess.repo, sess.log); err != nil {
+		return nil, err
+	}
+	cfg.OnLost = sess.handleLost
+	cfg.OnEvent = sess.handleEvent
+	p, err := nodeid.NewProvider(sess.repo, cfg)
+	if err != nil {
+		return nil, err
+	}
+	sess.mu.Lock()
+	sess.cfg, sess.provider = cfg, p
+	sess.mu.Unlock()
+	return sess, nil
+}
+
+func (sess *session) currentProvider() *nodeid.Provider {
+	sess.mu.Lock()
+	defer sess.mu.Unlock()
+	return sess.provider
+}
+
+// whenLost registers an action to run the moment the lease is lost.
+func (sess *session) whenLost(f func(error)) {
+	sess.mu.Lock()
+	defer sess.mu.Unlock()
+	sess.onLost = append(sess.onLost, f)
+}
+
+func (sess *session) handleLost(err error) {
+	sess.mu.Lock()
+	actions := append([]func(error){}, sess.onLost...)
+	sess.mu.Unlock()
+	for _, f := range actions {
+		f(err)
+	}
+	select {
+	case sess.lost <- err:
+	default:
+	}
+}
+
+func (sess *session) handleEvent(e nodeid.Event) {
+	sess.metrics.observe(e)
+	if sess.leaseFile == "" {
+		return
+	}
+	l := leasefile.Lease{NodeID: e.Instance.ID, Version: int64(e.Instance.Version), TaskID: sess.cfg.TaskID}
+	switch e.Kind {
+	case nodeid.EventAcquired, nodeid.EventRenewed:
+		l.State = leasefile.StateHeld
+		l.ValidUntilMonotonicNs = int64(clock.SystemMonotonic() + e.Deadline.Sub(sess.cfg.Clock.Now()))
+	case nodeid.EventLost:
+		l.State = leasefile.StateLost
+	case nodeid.EventReleased:
+		l.State = leasefile.StateReleased
+	default:
+		return
+	}
+	if err := leasefile.Write(sess.leaseFile, l); err != nil {
+		sess.log.Error("cannot update the lease file", "path", sess.leaseFile, "err", err)
+	}
+}
+
+// prepareDataDir prepares node-N/vK when a data root is set. It is
+// cancelled if the lease is lost meanwhile.
+func (sess *session) prepareDataDir(ctx context.Context, inst nodeid.NodeInstance) (string, error) {
+	if sess.s.dataRoot == "" {
+		return "", nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-sess.provider.Done():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	dir, res, err := datadir.Prepare(ctx, sess.s.dataRoot, inst, datadir.Options{
+		PreviousGraceful: sess.provider.PreviousGracefullyShutdown(),
+		Immutable:        sess.s.immutable,
+		Skip:             sess.s.skip,
+		Keep:             sess.s.keepVersions,
+		Logger:           sess.log,
+	})
+	if err != nil {
+		if lerr := sess.provider.Err(); lerr != nil {
+			return "", lerr
+		}
+		return "", fmt.Errorf("prepare data directory: %w", err)
+	}
+	sess.log.Info("data directory ready", "node_id", inst.ID, "version", int64(inst.Version), "dir", dir,
+		"from_version", sourceVersion(res), "files_copied", res.FilesCopied, "files_linked", res.FilesLinked)
+	return dir, nil
+}
+
+func sourceVersion(r datadir.Result) any {
+	if !r.HasSource {
+		return "none"
+	}
+	return int64(r.Source)
+}
+
+// nodeEnv is the environment that tells a broker who it is.
+func (sess *session) nodeEnv(inst nodeid.NodeInstance, dataDir string) []string {
+	env := []string{
+		fmt.Sprintf("NODE_ID=%d", inst.ID),
+		fmt.Sprintf("NODE_VERSION=%d", inst.Version),
+		fmt.Sprintf("NODE_CLUSTER_SIZE=%d", sess.cfg.ClusterSize),
+		fmt.Sprintf("NODE_PREVIOUS_GRACEFUL=%t", sess.provider.PreviousGracefullyShutdown()),
+		"NODE_TASK_ID=" + sess.cfg.TaskID,
+	}
+	if dataDir != "" {
+		env = append(env, "NODE_DATA_DIR="+dataDir)
+	}
+	if sess.leaseFile != "" {
+		env = append(env, "NODE_LEASE_FILE="+sess.leaseFile)
+	}
+	return env
+}
+
+// defaultLeaseFile is per process: two supervisors on one host must never
+// share a lease file, or one broker could read the other's valid lease.
+func defaultLeaseFile() string {
+	return filepath.Join(os.TempDir(), fmt.Sprintf("nodeid-lease-%d.json", os.Getpid()))
+}

@@ -1,0 +1,74 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/nodeid/nodeid/nodeid"
+)
+
+// resolveTaskID returns this task's identity: NODEID_TASK_ID, else the ECS
+// task ARN from the container metadata endpoint, else the hostname plus a
+// random suffix (a restarted process is a new task: it must not mistake the
+// lease of its previous life for its own).
+func resolveTaskID(ctx context.Context, s *settings, log *slog.Logger) (string, error) {
+	if s.taskID != "" {
+		return s.taskID, nil
+	}
+	if uri := os.Getenv("ECS_CONTAINER_METADATA_URI_V4"); uri != "" {
+		arn, err := ecsTaskARN(ctx, uri)
+		if err == nil {
+			return arn, nil
+		}
+		log.Warn("ECS task metadata unavailable, using the hostname", "err", err)
+	}
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "task"
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	id := strings.Map(func(r rune) rune {
+		if r <= ' ' || r > '~' {
+			return '-'
+		}
+		return r
+	}, host) + "-" + hex.EncodeToString(b[:])
+	return id, nodeid.ValidateTaskID(id)
+}
+
+func ecsTaskARN(ctx context.Context, uri string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(uri, "/")+"/task", nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("task metadata: HTTP %d", resp.StatusCode)
+	}
+	var meta struct {
+		TaskARN string `json:"TaskARN"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&meta); err != nil {
+		return "", fmt.Errorf("task metadata: %w", err)
+	}
+	if err := nodeid.ValidateTaskID(meta.TaskARN); err != nil {
+		return "", fmt.Errorf("task metadata TaskARN: %w", err)
+	}
+	return meta.TaskARN, nil
+}
