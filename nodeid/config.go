@@ -51,8 +51,9 @@ type Config struct {
 	SafetyMargin time.Duration
 	// RequestTimeout T bounds each S3 request. Default R/2, at most 5s.
 	RequestTimeout time.Duration
-	// PollInterval: how often a waiting task lists the leases again while
-	// every ID is held (jittered). Default 1s.
+	// PollInterval: a waiting task lists the leases again at least this
+	// often (at random between half of it and all of it) while every ID is
+	// held. Default 1s.
 	PollInterval time.Duration
 	// AcquireTimeout: give up acquiring after this long with
 	// ErrAcquireTimeout. Zero waits until the context ends.

@@ -91,9 +91,9 @@ func TestLocalObservationRuleTakesOverAfterALeaseOfUnchangedETag(t *testing.T) {
 	res := acquireAsync(p)
 	poll := p.Config().PollInterval
 	// Just short of one lease duration of observation: still held.
-	for elapsed := time.Duration(0); elapsed+2*poll < 2*time.Second; elapsed += poll * 6 / 5 {
+	for elapsed := time.Duration(0); elapsed+2*poll < 2*time.Second; elapsed += poll {
 		expectWaiting(t, cand, res, "before L")
-		cand.Advance(poll * 6 / 5) // the jittered poll is at most 1.2 x
+		cand.Advance(poll) // the poll is at most PollInterval
 	}
 	cand.Advance(time.Second)
 	select {

@@ -281,7 +281,9 @@ func (p *Provider) Acquire(ctx context.Context) (NodeInstance, error) {
 			p.log.Warn("listing leases failed, retrying", "err", err)
 		}
 
-		delay := p.jitter(p.cfg.PollInterval)
+		// Poll at least once per PollInterval, so a released ID is taken
+		// within it; the randomness keeps waiting tasks apart.
+		delay := p.between(p.cfg.PollInterval/2, p.cfg.PollInterval)
 		if !acquireDeadline.IsZero() {
 			left := acquireDeadline.Sub(p.cfg.Clock.Now())
 			if left <= 0 {
@@ -816,6 +818,13 @@ func (p *Provider) jitter(d time.Duration) time.Duration {
 	p.randMu.Lock()
 	defer p.randMu.Unlock()
 	return time.Duration(float64(d) * (0.8 + 0.4*p.cfg.Rand.Float64()))
+}
+
+// between returns a random duration in [lo, hi].
+func (p *Provider) between(lo, hi time.Duration) time.Duration {
+	p.randMu.Lock()
+	defer p.randMu.Unlock()
+	return lo + time.Duration(p.cfg.Rand.Float64()*float64(hi-lo))
 }
 
 func (p *Provider) shuffle(s []Slot) {

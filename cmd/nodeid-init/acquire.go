@@ -33,10 +33,11 @@ func cmdAcquire(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if s.handoffFile == "" {
 		s.handoffFile = defaultHandoff(s.envFile)
 	}
-	for what, path := range map[string]string{"env file": s.envFile, "hand-off file": s.handoffFile} {
-		if err := checkWritableFile(what, path); err != nil {
-			return err
-		}
+	if err := checkWritableFile("env file", s.envFile); err != nil {
+		return err
+	}
+	if err := checkWritableFile("hand-off file", s.handoffFile); err != nil {
+		return err
 	}
 	ctx, stop := signalContext(ctx)
 	defer stop()

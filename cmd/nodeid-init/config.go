@@ -31,6 +31,7 @@ type settings struct {
 	leaseDuration    time.Duration
 	renewInterval    time.Duration
 	acquireTimeout   time.Duration
+	pollInterval     time.Duration
 	readinessTimeout time.Duration
 	stopTimeout      time.Duration
 	allowedIDs       []int
@@ -81,6 +82,9 @@ var options = []option{
 	}},
 	{"acquire-timeout", "NODEID_ACQUIRE_TIMEOUT", "", "give up acquiring after this long (default: wait forever); exit 5", func(s *settings, v string) error {
 		return parseDuration(v, &s.acquireTimeout)
+	}},
+	{"poll-interval", "NODEID_POLL_INTERVAL", "1s", "while every ID is held, list the leases again at least this often", func(s *settings, v string) error {
+		return parseDuration(v, &s.pollInterval)
 	}},
 	{"readiness-timeout", "NODEID_READINESS_TIMEOUT", "", "after an ungraceful takeover, wait this long for peers to learn our version before /readyz turns ready", func(s *settings, v string) error {
 		return parseDuration(v, &s.readinessTimeout)
@@ -364,6 +368,7 @@ func (s *settings) providerConfig(log *slog.Logger) (nodeid.Config, error) {
 		LeaseDuration:    s.leaseDuration,
 		RenewInterval:    s.renewInterval,
 		AcquireTimeout:   s.acquireTimeout,
+		PollInterval:     s.pollInterval,
 		ReadinessTimeout: s.readinessTimeout,
 		Logger:           log,
 	}

@@ -104,7 +104,7 @@ func exitCode(err error) int {
 		return exitOK
 	case errors.As(err, &ce):
 		return ce.code
-	case errors.As(err, &ue), errors.Is(err, nodeid.ErrInvalidConfig), errors.Is(err, nodeid.ErrAccessDenied):
+	case errors.As(err, &ue), errors.Is(err, nodeid.ErrInvalidConfig), errors.Is(err, nodeid.ErrAccessDenied), isNoSuchBucket(err):
 		return exitUsage
 	case errors.Is(err, nodeid.ErrConditionalWritesNotEnforced):
 		return exitNotEnforced
@@ -114,6 +114,11 @@ func exitCode(err error) int {
 		return exitLeaseLost
 	}
 	return exitError
+}
+
+func isNoSuchBucket(err error) bool {
+	var se *nodeid.StorageError
+	return errors.As(err, &se) && se.Code == "NoSuchBucket"
 }
 
 func oneLine(err error) string {

@@ -43,8 +43,10 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := context.WithCancel(ctx) // the metrics server's lifetime
 	defer cancel()
+	acqCtx, cancelAcq := context.WithCancel(ctx)
+	defer cancelAcq()
 
 	sess, err := newSession(ctx, s, stderr)
 	if err != nil {
@@ -59,11 +61,11 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		case <-sigs:
 			sess.log.Info("stop requested before the command started")
 			close(stopping)
-			cancel()
-		case <-ctx.Done():
+			cancelAcq()
+		case <-acqCtx.Done():
 		}
 	}()
-	inst, err := p.Acquire(ctx)
+	inst, err := p.Acquire(acqCtx)
 	if err != nil {
 		if isClosed(stopping) {
 			return nil
@@ -77,7 +79,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			sess.log.Warn("release failed; the lease will expire", "err", err)
 		}
 	}
-	dataDir, err := sess.prepareDataDir(ctx, inst)
+	dataDir, err := sess.prepareDataDir(acqCtx, inst)
 	if err != nil {
 		if errors.Is(err, nodeid.ErrLeaseLost) {
 			return err
@@ -92,7 +94,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		release()
 		return nil
 	}
-	cancel() // the acquisition-time signal watcher ends here
+	cancelAcq() // the acquisition-time signal watcher ends here
 
 	// Pdeathsig kills the child if this process dies, even by SIGKILL; it
 	// is tied to the OS thread that forks, so keep this goroutine on it.

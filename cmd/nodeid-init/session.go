@@ -33,7 +33,7 @@ type session struct {
 }
 
 // leaseOptions are the settings of commands that take a lease.
-var leaseOptions = append([]string{"cluster-size", "lease-duration", "renew-interval", "acquire-timeout",
+var leaseOptions = append([]string{"cluster-size", "lease-duration", "renew-interval", "acquire-timeout", "poll-interval",
 	"readiness-timeout", "allowed-ids", "task-id", "metrics-addr", "skip-probe"}, s3Options...)
 
 var dataOptions = []string{"data-root", "keep-versions", "immutable", "skip"}
