@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/nodeid/nodeid/clock"
 	"github.com/nodeid/nodeid/datadir"
@@ -71,6 +72,16 @@ func newSession(ctx context.Context, s *settings, stderr io.Writer) (*session, e
 	}
 	if err := s.probe(ctx, sess.repo, sess.log); err != nil {
 		return nil, err
+	}
+	if off := os.Getenv("NODEID_TEST_CLOCK_OFFSET"); off != "" {
+		// Test-only: shift this task's wall clock (chaos experiment 9). The
+		// protocol must not care; durations stay monotonic.
+		d, err := time.ParseDuration(off)
+		if err != nil {
+			return nil, usagef("invalid NODEID_TEST_CLOCK_OFFSET %q: %v", off, err)
+		}
+		cfg.Clock = clock.WithOffset(clock.Real(), d)
+		sess.log.Warn("test setting: wall clock offset", "offset", d)
 	}
 	cfg.OnLost = sess.handleLost
 	cfg.OnEvent = sess.handleEvent
