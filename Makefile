@@ -5,7 +5,7 @@ GOBIN := $(shell $(GO) env GOPATH)/bin
 VERSITYGW_VERSION := v1.8.0
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build test test-short lint versitygw bench-datadir clean
+.PHONY: all build demo test test-short lint versitygw bench-datadir clean
 
 all: build test
 
@@ -14,6 +14,11 @@ build:
 	$(GO) build ./...
 	@if [ -d cmd/nodeid-init ] && ls cmd/nodeid-init/*.go >/dev/null 2>&1; then \
 		$(GO) build -o bin/nodeid-init ./cmd/nodeid-init; fi
+
+## demo: three supervised tasks on an S3 server embedded in the demo, a lease
+## overwritten, the cluster healing; no AWS account, ends by itself in ~10 s
+demo: build
+	$(GO) run ./cmd/nodeid-demo -nodeid-init bin/nodeid-init
 
 ## versitygw: install the S3-compatible server the integration tests run against
 versitygw:
