@@ -19,6 +19,19 @@ const (
 // ExitCodeLeaseLost is the process exit code of the default OnLost handler.
 const ExitCodeLeaseLost = 3
 
+// AcquireStrategy chooses how a task looks for a free node ID.
+type AcquireStrategy string
+
+const (
+	// StrategySpread (the default) lists every lease in one request and
+	// starts at a task-specific ID, so tasks starting together spread out.
+	StrategySpread AcquireStrategy = "spread"
+	// StrategySequential is the anchor's strategy (Camunda's S3 provider),
+	// kept as a baseline for benchmarks: IDs in order, GET then PUT each,
+	// exponential backoff up to 30 s after a full pass.
+	StrategySequential AcquireStrategy = "sequential"
+)
+
 // Config configures a Provider. Zero values take the defaults noted.
 //
 // Timing rules, checked by NewProvider (L lease duration, R renew interval,
@@ -55,6 +68,8 @@ type Config struct {
 	// often (at random between half of it and all of it) while every ID is
 	// held. Default 1s.
 	PollInterval time.Duration
+	// Strategy: how to look for a free ID. Default StrategySpread.
+	Strategy AcquireStrategy
 	// AcquireTimeout: give up acquiring after this long with
 	// ErrAcquireTimeout. Zero waits until the context ends.
 	AcquireTimeout time.Duration
@@ -99,6 +114,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MappingsRefreshInterval == 0 {
 		c.MappingsRefreshInterval = c.LeaseDuration
+	}
+	if c.Strategy == "" {
+		c.Strategy = StrategySpread
 	}
 	if c.Clock == nil {
 		c.Clock = clock.Real()
@@ -146,6 +164,8 @@ func (c Config) Validate() error {
 		return bad("renew interval %v: must be at most (lease duration %v - safety margin %v)/2 = %v, so two renewals fit before the self-fence deadline", R, L, m, (L-m)/2)
 	case T <= 0 || T >= R:
 		return bad("request timeout %v: must be > 0 and < renew interval %v", T, R)
+	case c.Strategy != StrategySpread && c.Strategy != StrategySequential:
+		return bad("acquire strategy %q: want %q or %q", c.Strategy, StrategySpread, StrategySequential)
 	case c.PollInterval <= 0:
 		return bad("poll interval %v: must be > 0", c.PollInterval)
 	case c.AcquireTimeout < 0:

@@ -240,34 +240,32 @@ func (p *Provider) Acquire(ctx context.Context) (NodeInstance, error) {
 	wait := p.cfg.Clock.NewTimer(time.Hour)
 	wait.Stop()
 	defer wait.Stop()
-	for {
-		listing, err := p.repo.List(ctx)
-		if err == nil && len(missingIDs(listing, p.cfg.ClusterSize)) > 0 {
-			// First start of the cluster, a scale-up, or a deleted object.
-			var wrote bool
-			wrote, err = initializeFrom(ctx, p.repo, listing, p.cfg.ClusterSize, p.cfg.TaskID, p.cfg.LeaseDuration)
-			if err == nil && wrote {
-				listing, err = p.repo.List(ctx)
-			}
+	for pass := 0; ; pass++ {
+		var (
+			inst      NodeInstance
+			ok, stale bool
+			err       error
+		)
+		if p.cfg.Strategy == StrategySequential {
+			inst, ok, err = p.trySequential(ctx)
+		} else {
+			inst, ok, stale, err = p.trySpread(ctx)
 		}
 		if fatalStorageError(err) {
 			return p.failAcquire(err)
 		}
-		if err == nil {
-			arrived := p.cfg.Clock.Now()
-			for _, s := range listing.Slots {
-				p.seen.see(s.ID, s.ETag, arrived)
-			}
-			inst, ok, stale := p.tryListing(ctx, listing)
-			if ok {
-				took := p.cfg.Clock.Now().Sub(start)
-				deadline, _ := p.Deadline()
-				graceful := p.PreviousGracefullyShutdown()
-				p.log.Info("acquired node id", "node_id", inst.ID, "version", int64(inst.Version),
-					"previous_graceful", graceful, "took", took.Round(time.Millisecond))
-				p.emit(Event{Kind: EventAcquired, Instance: inst, Deadline: deadline, Latency: took, Graceful: graceful})
-				return inst, nil
-			}
+		if ok {
+			took := p.cfg.Clock.Now().Sub(start)
+			deadline, _ := p.Deadline()
+			graceful := p.PreviousGracefullyShutdown()
+			p.log.Info("acquired node id", "node_id", inst.ID, "version", int64(inst.Version),
+				"previous_graceful", graceful, "took", took.Round(time.Millisecond))
+			p.emit(Event{Kind: EventAcquired, Instance: inst, Deadline: deadline, Latency: took, Graceful: graceful})
+			return inst, nil
+		}
+		if err != nil {
+			p.log.Warn("reading leases failed, retrying", "err", err)
+		} else {
 			if stale && relists < p.cfg.ClusterSize {
 				relists++ // others are taking IDs right now: look again at once
 				continue
@@ -277,13 +275,14 @@ func (p *Provider) Acquire(ctx context.Context) (NodeInstance, error) {
 				p.log.Info("no node id free, waiting", "cluster_size", p.cfg.ClusterSize, "poll_interval", p.cfg.PollInterval)
 				waitingLogged = true
 			}
-		} else {
-			p.log.Warn("listing leases failed, retrying", "err", err)
 		}
 
 		// Poll at least once per PollInterval, so a released ID is taken
 		// within it; the randomness keeps waiting tasks apart.
 		delay := p.between(p.cfg.PollInterval/2, p.cfg.PollInterval)
+		if p.cfg.Strategy == StrategySequential {
+			delay = min(time.Second<<min(pass, 5), 30*time.Second)
+		}
 		if !acquireDeadline.IsZero() {
 			left := acquireDeadline.Sub(p.cfg.Clock.Now())
 			if left <= 0 {
@@ -326,6 +325,56 @@ func fatalStorageError(err error) bool {
 func isNoSuchBucket(err error) bool {
 	var se *StorageError
 	return errors.As(err, &se) && (se.Code == "NoSuchBucket" || se.Op == "list")
+}
+
+// trySpread is one pass of the default strategy: one List, then the
+// candidates it shows, starting at a task-specific ID.
+func (p *Provider) trySpread(ctx context.Context) (NodeInstance, bool, bool, error) {
+	listing, err := p.repo.List(ctx)
+	if err == nil && len(missingIDs(listing, p.cfg.ClusterSize)) > 0 {
+		// First start of the cluster, a scale-up, or a deleted object.
+		var wrote bool
+		wrote, err = initializeFrom(ctx, p.repo, listing, p.cfg.ClusterSize, p.cfg.TaskID, p.cfg.LeaseDuration)
+		if err == nil && wrote {
+			listing, err = p.repo.List(ctx)
+		}
+	}
+	if err != nil {
+		return NodeInstance{}, false, false, err
+	}
+	arrived := p.cfg.Clock.Now()
+	for _, s := range listing.Slots {
+		p.seen.see(s.ID, s.ETag, arrived)
+	}
+	inst, ok, stale := p.tryListing(ctx, listing)
+	return inst, ok, stale, nil
+}
+
+// trySequential is one pass of the anchor's strategy, kept as a baseline for
+// benchmarks: IDs in order 0..N-1, a GET and, if free, a conditional PUT
+// each; the caller backs off exponentially (1 s doubling to 30 s) after a
+// full pass. Expiry is judged by the same safe rules as the default.
+func (p *Provider) trySequential(ctx context.Context) (NodeInstance, bool, error) {
+	if err := Initialize(ctx, p.repo, p.cfg.ClusterSize, p.cfg.TaskID, p.cfg.LeaseDuration); err != nil {
+		return NodeInstance{}, false, err
+	}
+	for _, id := range p.allowedIDs() {
+		rec, err := p.repo.Get(ctx, id)
+		arrived := p.cfg.Clock.Now()
+		if err != nil {
+			if fatalStorageError(err) {
+				return NodeInstance{}, false, err
+			}
+			continue
+		}
+		p.seen.see(id, rec.ETag, arrived)
+		if free, graceful := p.judge(rec, arrived); free {
+			if inst, ok := p.take(ctx, rec, graceful); ok {
+				return inst, true, nil
+			}
+		}
+	}
+	return NodeInstance{}, false, nil
 }
 
 // tryListing tries the candidates of one listing, each with one GET and one

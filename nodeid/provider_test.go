@@ -577,3 +577,35 @@ func TestEndpointFromTheStandardEnvironment(t *testing.T) {
 		t.Fatalf("listing through AWS_ENDPOINT_URL_S3: %+v %v", l, err)
 	}
 }
+
+// The anchor's strategy, kept as a benchmark baseline, must be as correct.
+func TestSequentialStrategyGetsDistinctIDs(t *testing.T) {
+	srv := s3test.NewFake(t)
+	repo := newRepo(t, srv, "")
+	if err := nodeid.Initialize(context.Background(), repo, 10, "bootstrap", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	before := repo.Requests()
+	var wg sync.WaitGroup
+	ids := make(chan int, 10)
+	for i := 0; i < 10; i++ {
+		cfg := fastConfig(t, fmt.Sprintf("seq-%d", i), 10, nil)
+		cfg.Strategy = nodeid.StrategySequential
+		p := newProvider(t, repo, cfg)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ids <- acquire(t, p, 60*time.Second).ID
+		}()
+	}
+	wg.Wait()
+	close(ids)
+	seen := map[int]bool{}
+	for id := range ids {
+		if seen[id] {
+			t.Fatalf("node %d taken twice", id)
+		}
+		seen[id] = true
+	}
+	t.Logf("sequential strategy, 10 tasks: %d requests", repo.Requests()-before)
+}
