@@ -54,7 +54,26 @@ type Provider struct {
 
 	seen observations // rule 2; used by Acquire only
 
+	// broken switches off one safety rule on purpose. Only the simulation
+	// tests set it, to show that their checker notices.
+	broken brokenRules
+
 	stats providerStats
+}
+
+// brokenRules are deliberate protocol bugs for the simulation's teeth tests.
+type brokenRules struct {
+	noMargin           bool // validity until s + L instead of s + L - m
+	wallClockExpiry    bool // judge expiry by the holder's timestamp and our wall clock
+	renewAfterDeadline bool // accept renewals answered after the deadline; no watchdog
+}
+
+// validity is how long a write sent at s keeps the lease valid for us.
+func (p *Provider) validity() time.Duration {
+	if p.broken.noMargin {
+		return p.cfg.LeaseDuration
+	}
+	return p.cfg.LeaseDuration - p.cfg.SafetyMargin
 }
 
 // providerStats are counters for metrics and tests.
@@ -469,6 +488,9 @@ func (p *Provider) judge(rec Record, arrived time.Time) (free, graceful bool) {
 	if !l.Held() {
 		return true, true
 	}
+	if p.broken.wallClockExpiry {
+		return !p.cfg.Clock.Now().Before(l.Expires), false
+	}
 	lease := max(l.Duration, p.cfg.LeaseDuration)
 	if ExpiredByServerClock(rec.LastModified, rec.ServerDate, lease) {
 		return true, false
@@ -510,7 +532,7 @@ func (p *Provider) take(ctx context.Context, rec Record, graceful bool) (NodeIns
 	p.state = stateHolding
 	p.instance = inst
 	p.etag = etag
-	p.deadline = sent.Add(p.cfg.LeaseDuration - p.cfg.SafetyMargin)
+	p.deadline = sent.Add(p.validity())
 	p.acquired = sent
 	p.graceful = graceful
 	p.known = known
@@ -660,13 +682,13 @@ func (p *Provider) renewed(sent time.Time, etag string) (time.Duration, bool) {
 		p.mu.Unlock()
 		return 0, false
 	}
-	if !now.Before(p.deadline) {
+	if !now.Before(p.deadline) && !p.broken.renewAfterDeadline {
 		p.mu.Unlock()
 		p.lose("renewal answered after the self-fence deadline", nil)
 		return 0, false
 	}
 	p.etag = etag
-	if d := sent.Add(p.cfg.LeaseDuration - p.cfg.SafetyMargin); d.After(p.deadline) {
+	if d := sent.Add(p.validity()); d.After(p.deadline) {
 		p.deadline = d
 	}
 	clear(p.pending)
@@ -680,6 +702,9 @@ func (p *Provider) renewed(sent time.Time, etag string) (time.Duration, bool) {
 // boundedContext returns a context for one request that ends at the request
 // timeout or at the self-fence deadline, whichever is first.
 func (p *Provider) boundedContext(deadline, now time.Time) (context.Context, context.CancelFunc) {
+	if p.broken.renewAfterDeadline {
+		return context.WithTimeout(context.Background(), p.cfg.RequestTimeout)
+	}
 	return context.WithTimeout(context.Background(), max(min(p.cfg.RequestTimeout, deadline.Sub(now)), time.Millisecond))
 }
 
@@ -700,6 +725,9 @@ func (p *Provider) watchdog() {
 			return
 		}
 		left := deadline.Sub(p.cfg.Clock.Now())
+		if p.broken.renewAfterDeadline {
+			left = max(left, p.cfg.LeaseDuration) // the watchdog never fires
+		}
 		if left <= 0 {
 			p.stats.selfFences.Add(1)
 			p.lose(reasonSelfFence, nil)

@@ -453,4 +453,3 @@ func startS3() (string, func(), error) {
 	go srv.Serve(ln)
 	return "http://" + ln.Addr().String(), func() { srv.Close() }, nil
 }
-

@@ -19,7 +19,7 @@ import (
 // then kept by `renew` (or an embedded provider that adopts the hand-off);
 // if nobody adopts it, it expires like a crashed holder's.
 func cmdAcquire(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	names := append(append([]string{"env-file", "handoff-file"}, leaseOptions...), dataOptions...)
+	names := append(append([]string{"env-file", "handoff-file", "lease-file"}, leaseOptions...), dataOptions...)
 	s, rest, err := parseSettings("acquire", args, stderr, names, nil)
 	if err != nil {
 		return err
@@ -39,15 +39,27 @@ func cmdAcquire(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := checkWritableFile("hand-off file", s.handoffFile); err != nil {
 		return err
 	}
+	if s.leaseFile != "" {
+		// Written now and kept current by `renew`, which must be given the
+		// same path; the broker finds it as NODE_LEASE_FILE.
+		if err := checkWritableFile("lease file", s.leaseFile); err != nil {
+			return err
+		}
+	}
 	ctx, stop := signalContext(ctx)
 	defer stop()
 	sess, err := newSession(ctx, s, stderr)
 	if err != nil {
 		return err
 	}
+	sess.leaseFile = s.leaseFile
 	p := sess.provider
 	inst, err := p.Acquire(ctx)
 	if err != nil {
+		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+			// Exit non-zero: ECS must not start the broker without an ID.
+			return errors.New("stopped by a signal before a node ID was acquired")
+		}
 		return err
 	}
 	dataDir, err := sess.prepareDataDir(ctx, inst)

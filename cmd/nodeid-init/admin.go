@@ -60,7 +60,7 @@ func cmdScale(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := nodeid.Scale(ctx, repo, s.clusterSize, s.taskID, s.leaseDuration); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "cluster scaled to %d node IDs; IDs at and above %d are unusable, their holders fence themselves\n", s.clusterSize, s.clusterSize)
+	fmt.Fprintf(stdout, "cluster scaled to %d node IDs (0..%d); any IDs at and above %d are now unusable and their holders fence themselves\n", s.clusterSize, s.clusterSize-1, s.clusterSize)
 	return nil
 }
 

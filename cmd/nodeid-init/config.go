@@ -177,7 +177,11 @@ func parseSettings(cmd string, args []string, stderr io.Writer, names []string, 
 		for _, n := range names {
 			if n == o.flag {
 				opts = append(opts, o)
-				values[o.flag] = fs.String(o.flag, "", fmt.Sprintf("%s (env %s)", o.usage, o.env))
+				usage := fmt.Sprintf("%s (env %s", o.usage, o.env)
+				if o.def != "" {
+					usage += ", default " + o.def
+				}
+				values[o.flag] = fs.String(o.flag, "", usage+")")
 			}
 		}
 	}
@@ -186,7 +190,11 @@ func parseSettings(cmd string, args []string, stderr io.Writer, names []string, 
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintf(stderr, "usage: nodeid-init %s [flags]\n", cmd)
+			synopsis := "[flags]"
+			if cmd == "run" {
+				synopsis = "[flags] -- CMD [ARGS...]"
+			}
+			fmt.Fprintf(stderr, "usage: nodeid-init %s %s\n", cmd, synopsis)
 			fs.SetOutput(stderr)
 			fs.PrintDefaults()
 			return nil, nil, errHelp
@@ -197,7 +205,7 @@ func parseSettings(cmd string, args []string, stderr io.Writer, names []string, 
 	fs.Visit(func(f *flag.Flag) { setByFlag[f.Name] = true })
 	for _, o := range opts {
 		v, source := o.def, "default"
-		if e, ok := os.LookupEnv(o.env); ok {
+		if e := os.Getenv(o.env); e != "" { // an empty variable counts as unset
 			v, source = e, o.env
 		}
 		if setByFlag[o.flag] {

@@ -326,7 +326,8 @@ func TestAcquireThenRenewKeepsTheLease(t *testing.T) {
 	c := newCluster(t, s3test.StartVersity(t), 2)
 	envDir := t.TempDir()
 	envFile := filepath.Join(envDir, "node.env")
-	init := c.start("task-a", []string{"NODEID_ENV_FILE=" + envFile}, "acquire")
+	leaseFile := filepath.Join(envDir, "lease.json")
+	init := c.start("task-a", []string{"NODEID_ENV_FILE=" + envFile, "NODEID_LEASE_FILE=" + leaseFile}, "acquire")
 	if code := init.wait(t, 20*time.Second); code != 0 {
 		t.Fatalf("acquire exited %d:\n%s", code, init.out.String())
 	}
@@ -334,12 +335,11 @@ func TestAcquireThenRenewKeepsTheLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"NODE_ID=", "NODE_VERSION=1", "NODE_DATA_DIR=" + c.root, "NODE_CLUSTER_SIZE=2", "NODE_PREVIOUS_GRACEFUL=true", "NODE_HANDOFF_FILE="} {
+	for _, want := range []string{"NODE_ID=", "NODE_VERSION=1", "NODE_DATA_DIR=" + c.root, "NODE_CLUSTER_SIZE=2", "NODE_PREVIOUS_GRACEFUL=true", "NODE_HANDOFF_FILE=", "NODE_LEASE_FILE=" + leaseFile} {
 		if !strings.Contains(string(env), want) {
 			t.Errorf("env file lacks %q:\n%s", want, env)
 		}
 	}
-	leaseFile := filepath.Join(envDir, "lease.json")
 	sidecar := c.start("task-a", []string{"NODEID_ENV_FILE=" + envFile, "NODEID_LEASE_FILE=" + leaseFile, "NODEID_TASK_ID="}, "renew")
 	time.Sleep(3 * time.Second) // longer than the 2s lease
 	if !sidecar.running() {
@@ -568,5 +568,26 @@ func TestBadInputGetsOneLineAndTheDocumentedCode(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(c.root); len(entries) != 0 {
 		t.Errorf("bad input wrote to the data root: %v", entries)
+	}
+}
+
+func TestABrokerIgnoringSigtermIsKilledAfterTheStopTimeout(t *testing.T) {
+	c := newCluster(t, s3test.StartVersity(t), 1)
+	tk := c.start("stubborn", []string{"NODEID_STOP_TIMEOUT=500ms"}, "run", "--", "sh", "-c",
+		`trap '' TERM; echo "$NODE_ID $NODE_VERSION $NODE_PREVIOUS_GRACEFUL" > "$REPORT"; while :; do sleep 0.1; done`)
+	tk.identity(t, 20*time.Second)
+	start := time.Now()
+	if err := tk.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := tk.wait(t, 10*time.Second); code != 128+9 {
+		t.Fatalf("exit code %d, want 137 (killed after the stop timeout)", code)
+	}
+	if took := time.Since(start); took < 500*time.Millisecond {
+		t.Errorf("killed after %v, before the stop timeout", took)
+	}
+	rec, err := c.repo().Get(context.Background(), 0)
+	if err != nil || rec.Lease.Held() {
+		t.Fatalf("lease not released after the broker was killed: %+v %v", rec.Lease, err)
 	}
 }

@@ -129,7 +129,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	exited := make(chan error, 1)
 	go func() { exited <- child.Wait() }()
 
-	var forwarded bool
+	var forwarded syscall.Signal
 	var killTimer <-chan time.Time
 	for {
 		select {
@@ -138,12 +138,12 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			sess.log.Error("command killed: lease lost", "node_id", inst.ID, "version", int64(inst.Version), "err", lerr)
 			return &codeError{code: exitLeaseLost, err: lerr}
 		case sig := <-sigs:
-			if forwarded {
+			if forwarded != 0 {
 				continue
 			}
-			forwarded = true
+			forwarded = sig.(syscall.Signal)
 			sess.log.Info("forwarding signal to the command", "signal", sig.String(), "stop_timeout", s.stopTimeout)
-			_ = syscall.Kill(-child.Process.Pid, sig.(syscall.Signal))
+			_ = syscall.Kill(-child.Process.Pid, forwarded)
 			killTimer = time.After(s.stopTimeout)
 		case <-killTimer:
 			sess.log.Warn("command did not stop in time, killing it", "stop_timeout", s.stopTimeout)
@@ -155,9 +155,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			}
 			release()
 			code := childExitCode(werr)
-			sess.log.Info("command exited, lease released", "node_id", inst.ID, "version", int64(inst.Version), "exit_code", code, "after_signal", forwarded)
-			if forwarded && code >= 128 {
-				code = 0 // it stopped because we asked it to
+			sess.log.Info("command exited, lease released", "node_id", inst.ID, "version", int64(inst.Version), "exit_code", code, "after_signal", forwarded != 0)
+			if forwarded != 0 && code == 128+int(forwarded) {
+				code = 0 // it died of the signal we forwarded: a clean stop
 			}
 			if code != 0 {
 				return &codeError{code: code}
