@@ -119,7 +119,7 @@ type Result struct {
 	FilesLinked int64 // regular files hard-linked
 	BytesLinked int64
 	Symlinks    int64 // symbolic links recreated
-	Skipped     int64 // entries left out by Options.Skip or because they are not regular files
+	Skipped     int64 // entries left out: the source's marker, Options.Skip matches, special files
 
 	// Redone reports that the target existed without a valid marker (the
 	// leftover of a crashed preparation) and was removed first.
@@ -352,7 +352,8 @@ func Prepare(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 // versions (zero means 2) and inst's own version, and removes every other
 // directory below inst's version, valid or not. Nothing at or above inst's
 // version is touched: a newer directory may be being prepared by the task
-// that holds the node now. It returns the removed directories.
+// that holds the node now. It returns the removed directories and logs to
+// slog.Default().
 func Collect(ctx context.Context, root string, inst nodeid.NodeInstance, keep int) ([]string, error) {
 	keep, err := keepOrDefault(keep)
 	if err != nil {
@@ -421,8 +422,11 @@ func openNodeDir(root *os.Root, name string, mode fs.FileMode, create bool) (*os
 	if err != nil {
 		return nil, fmt.Errorf("datadir: %w", err)
 	}
-	if !fi.IsDir() {
-		return nil, fmt.Errorf("%w: %s is not a directory (%v)", ErrUnsafeSymlink, name, fi.Mode().Type())
+	switch {
+	case fi.Mode()&fs.ModeSymlink != 0:
+		return nil, fmt.Errorf("%w: %s is a symlink", ErrUnsafeSymlink, name)
+	case !fi.IsDir():
+		return nil, fmt.Errorf("datadir: %s is not a directory", name)
 	}
 	r, err := root.OpenRoot(name)
 	if err != nil {

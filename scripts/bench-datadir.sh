@@ -9,14 +9,15 @@
 # not flush, so the copy is compared twice, like with like:
 #   copy/cp        Prepare without the flush (test-only switch)  vs  cp -a
 #   durable/cp+s   Prepare as shipped (with the flush)           vs  cp -a; sync
-# Page cache is warm for all; runs of the four are interleaved.
+# The page cache is warm and dirty data is synced before every measurement;
+# the five measurements of a run are interleaved.
 #
 # Environment:
 #   BENCH_DATADIR_MB       size of the small set in MiB (default 1024; e.g. 64 for a quick run)
 #   BENCH_DATADIR_RUNS     runs per measurement, the median is shown (default 3)
 #   BENCH_DATADIR_WORKERS  datadir Options.Workers (default 0 = 1)
 #   BENCH_DATADIR_TMP      where the data goes (default /var/tmp); removed afterwards
-# Disk needed: about (1 + 3 x runs) x 2 x BENCH_DATADIR_MB MiB at the peak.
+# Disk needed at the peak: about (1 + 4 x runs) x BENCH_DATADIR_MB MiB.
 set -euo pipefail
 
 mb=${BENCH_DATADIR_MB:-1024}
@@ -27,14 +28,6 @@ tmp=${BENCH_DATADIR_TMP:-/var/tmp}
 cd "$(dirname "$0")/.."
 base=$(mktemp -d "$tmp/bench-datadir.XXXXXX")
 trap 'rm -rf "$base"' EXIT
-
-# Targets are moved to the graveyard, not deleted, until a set is done: ext4
-# skips recently deleted inodes when it allocates new ones, and creating
-# 10,000 files right after deleting 10,000 is several times slower (for cp as
-# for Prepare), which would measure the deletion rather than the copy.
-grave="$base/graveyard"
-mkdir -p "$grave"
-
 go test -c -o "$base/datadir.test" ./datadir/
 
 now() { date +%s%N; }
@@ -42,8 +35,28 @@ median() { sort -n | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
 secs() { awk -v ns="$1" 'BEGIN {printf "%.3f", ns / 1e9}'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
 
-# prepare ROOT FILES BYTES MODE DST [noflush]: prints the duration of one
-# Prepare of ROOT/node-0/v1 in ns, then moves v1 to DST.
+# Targets of the many-files set are moved to a graveyard and deleted only when
+# the set is done: ext4 skips recently deleted inodes when it allocates new
+# ones, and creating 10,000 files right after deleting 10,000 is several times
+# slower (for cp as for Prepare); that would measure the deletion, not the
+# copy. Targets of the few-files set are deleted at once instead: keeping
+# them would fill the page cache, evict the source, and measure reading it
+# back from disk.
+grave="$base/graveyard"
+keep_targets=1
+
+# retire DIR NAME: gets a target out of the way of the next measurement.
+retire() {
+	if ((keep_targets)); then
+		mv "$1" "$grave/$2"
+	else
+		rm -rf "$1"
+	fi
+	sync
+}
+
+# prepare ROOT FILES BYTES MODE NAME [noflush]: prints the duration of one
+# Prepare of ROOT/node-0/v1 in ns.
 prepare() {
 	local out noflush=0
 	[[ ${6:-} == noflush ]] && noflush=1
@@ -56,36 +69,42 @@ prepare() {
 		echo "$out" >&2
 		exit 1
 	}
-	mv "$1/node-0/v1" "$5"
+	retire "$1/node-0/v1" "$5"
 }
 
-# cpa SRC DST [sync]: prints the duration of cp -a (and sync) in ns.
+# cpa SRC NAME [sync]: prints the duration of cp -a (and sync) in ns.
 cpa() {
 	local t0 t1
 	sync
 	t0=$(now)
-	cp -a "$1" "$2"
+	cp -a "$1" "$grave/$2"
 	if [[ ${3:-} == sync ]]; then sync; fi
 	t1=$(now)
 	echo $((t1 - t0))
+	if ((!keep_targets)); then
+		rm -rf "$grave/$2"
+		sync
+	fi
 }
 
+fmt='| %-30s | %6s | %10s | %6s | %7s | %7s | %12s | %6s | %8s |\n'
 rows=()
-fmt='| %-28s | %6s | %10s | %9s | %7s | %8s | %12s | %9s | %7s |\n'
 bench() { # NAME FILES BYTES
 	local name=$1 files=$2 bytes=$3 root="$base/$1"
 	local cp=() cps=() pn=() pc=() pl=() i
-	mkdir -p "$root"
+	keep_targets=$((files >= 1000))
+	mkdir -p "$root" "$grave"
 	echo "== $name: $files files, $((bytes >> 20)) MiB: generating and warming up" >&2
-	prepare "$root" "$files" "$bytes" copy "$grave/warmup" >/dev/null
+	prepare "$root" "$files" "$bytes" copy warmup >/dev/null
 	for ((i = 1; i <= runs; i++)); do
-		cp+=("$(cpa "$root/node-0/v0" "$grave/cp-$i")")
-		cps+=("$(cpa "$root/node-0/v0" "$grave/cp-sync-$i" sync)")
-		pn+=("$(prepare "$root" "$files" "$bytes" copy "$grave/noflush-$i" noflush)")
-		pc+=("$(prepare "$root" "$files" "$bytes" copy "$grave/copy-$i")")
-		pl+=("$(prepare "$root" "$files" "$bytes" link "$grave/link-$i")")
-		echo "   run $i: cp -a $(secs "${cp[-1]}")s, cp -a+sync $(secs "${cps[-1]}")s," \
-			"copy mode without flush $(secs "${pn[-1]}")s, durable $(secs "${pc[-1]}")s, link mode $(secs "${pl[-1]}")s" >&2
+		cp+=("$(cpa "$root/node-0/v0" "cp-$i")")
+		cps+=("$(cpa "$root/node-0/v0" "cp-sync-$i" sync)")
+		pn+=("$(prepare "$root" "$files" "$bytes" copy "noflush-$i" noflush)")
+		pc+=("$(prepare "$root" "$files" "$bytes" copy "copy-$i")")
+		pl+=("$(prepare "$root" "$files" "$bytes" link "link-$i")")
+		echo "   run $i: cp -a $(secs "${cp[-1]}")s, cp -a; sync $(secs "${cps[-1]}")s," \
+			"copy without flush $(secs "${pn[-1]}")s, durable $(secs "${pc[-1]}")s," \
+			"link $(secs "${pl[-1]}")s" >&2
 	done
 	local mcp mcps mpn mpc mpl
 	mcp=$(printf '%s\n' "${cp[@]}" | median)
@@ -97,7 +116,7 @@ bench() { # NAME FILES BYTES
 		"$(secs "$mcp")" "$(secs "$mcps")" "$(secs "$mpn")" "$(ratio "$mpn" "$mcp")x" \
 		"$(secs "$mpc")" "$(ratio "$mpc" "$mcps")x" "$(secs "$mpl")" "$(ratio "$mcp" "$mpl")x")")
 	rm -rf "$root" "$grave"
-	mkdir -p "$grave"
+	sync
 }
 
 bench small 10000 $((mb << 20))
@@ -108,6 +127,6 @@ echo "Median of $runs runs, seconds, workers=$workers. copy: Prepare in copy mod
 echo "flush; durable: with it (as shipped); link: Prepare in link mode. Targets: copy/cp <= 1.3x,"
 echo "cp/link >= 20x."
 echo
-printf "$fmt" set "cp -a" "cp -a+sync" copy copy/cp durable durable/cp+s link cp/link
-echo "|------------------------------|--------|------------|-----------|---------|----------|--------------|-----------|---------|"
+printf "$fmt" set "cp -a" "cp -a;sync" copy copy/cp durable durable/cp+s link cp/link
+echo "|--------------------------------|--------|------------|--------|---------|---------|--------------|--------|----------|"
 printf '%s\n' "${rows[@]}"
