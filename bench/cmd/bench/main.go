@@ -1,0 +1,332 @@
+// Command bench measures nodeid against its baseline on a loopback
+// VersityGW and writes docs/benchmarks.md (make bench):
+//
+//   - acquisition storm: N tasks start at once for N IDs, in-process, with
+//     the default strategy and with the anchor's sequential strategy, from
+//     an empty and from a bootstrapped bucket;
+//   - graceful handover, crash failover, loss detection (outside overwrite,
+//     S3 blackhole) with nodeid-init processes;
+//   - steady-state cost of an idle `nodeid-init run`: requests, price,
+//     memory and CPU.
+//
+// Usage:
+//
+//	go run ./bench/cmd/bench [-reps 5] [-quick] [-out docs/benchmarks.md]
+//
+// Every wait is bounded and every process it starts dies with it
+// (Pdeathsig), so it is safe on a shared machine.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nodeid/nodeid/nodeid"
+)
+
+type options struct {
+	reps          int
+	quick         bool
+	out           string
+	sizes         []int
+	failoverLease time.Duration
+	idleWindow    time.Duration
+	stormTimeout  time.Duration
+	nodeidInit    string
+	skip          map[string]bool
+	datadirMB     int
+	args          []string
+}
+
+func main() {
+	var o options
+	var sizes, skip string
+	flag.IntVar(&o.reps, "reps", 5, "repetitions of every scenario")
+	flag.BoolVar(&o.quick, "quick", false, "check that the program works: 1 repetition, N = 10 only, short windows")
+	flag.StringVar(&o.out, "out", "", "write the report (Markdown) to this file, e.g. docs/benchmarks.md; it is always printed")
+	flag.StringVar(&sizes, "sizes", "10,50,100", "storm sizes N, comma-separated")
+	flag.DurationVar(&o.failoverLease, "failover-lease", 5*time.Second, "lease duration of the crash-failover scenario (shorter than the default 15s to keep the run short)")
+	flag.DurationVar(&o.idleWindow, "idle-window", 60*time.Second, "steady-state measurement window")
+	flag.DurationVar(&o.stormTimeout, "storm-timeout", 3*time.Minute, "acquire timeout of each storm task")
+	flag.StringVar(&o.nodeidInit, "nodeid-init", "", "nodeid-init binary (default: built from ./cmd/nodeid-init)")
+	flag.StringVar(&skip, "skip", "", "scenarios to skip, comma-separated: storm,handover,failover,overwrite,blackhole,idle")
+	flag.IntVar(&o.datadirMB, "datadir-mb", 0, "also run scripts/bench-datadir.sh with BENCH_DATADIR_MB set to this (0: only quote docs/datadir.md)")
+	flag.Parse()
+	o.args = os.Args[1:]
+	o.skip = map[string]bool{}
+	for _, s := range strings.Split(skip, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			o.skip[s] = true
+		}
+	}
+	for _, s := range strings.Split(sizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 {
+			fatalf("bad -sizes %q", sizes)
+		}
+		o.sizes = append(o.sizes, n)
+	}
+	if o.quick {
+		o.reps = min(o.reps, 2)
+		if !flagSet("reps") {
+			o.reps = 1
+		}
+		o.sizes = []int{10}
+		if !flagSet("idle-window") {
+			o.idleWindow = 10 * time.Second
+		}
+	}
+	if o.reps < 1 {
+		fatalf("-reps must be >= 1")
+	}
+
+	// The whole run is bounded; a signal ends it and, through Pdeathsig,
+	// every process it started.
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	ctx, cancelRun := context.WithTimeout(ctx, 28*time.Minute)
+	defer cancelRun()
+
+	if err := run(ctx, o); err != nil {
+		fatalf("%v", err)
+	}
+}
+
+func flagSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+func fatalf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "bench: "+format+"\n", args...)
+	os.Exit(1)
+}
+
+func progress(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+}
+
+func run(ctx context.Context, o options) error {
+	started := time.Now()
+	tmp, err := os.MkdirTemp("", "nodeid-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+
+	bin := o.nodeidInit
+	if bin == "" {
+		bin = filepath.Join(tmp, "nodeid-init")
+		progress("building nodeid-init")
+		if out, err := exec.Command("go", "build", "-o", bin, "./cmd/nodeid-init").CombinedOutput(); err != nil {
+			return fmt.Errorf("go build ./cmd/nodeid-init (run from the repository root): %v\n%s", err, out)
+		}
+	}
+	gwBin, err := findVersity()
+	if err != nil {
+		return err
+	}
+	g, err := startGateway(ctx, gwBin, tmp)
+	if err != nil {
+		return err
+	}
+	defer g.stop()
+	progress("versitygw on %s", g.URL)
+
+	r := &report{opts: o, machine: machineNotes(gwBin), start: started}
+	r.loadStart = loadavg()
+
+	if !o.skip["storm"] {
+		if err := stormAll(ctx, g, o, r); err != nil {
+			return fmt.Errorf("storm: %w", err)
+		}
+	}
+	pb := &procBench{g: g, bin: bin, tmp: tmp}
+	if err := repeat(ctx, o, "handover", func() error {
+		rep, err := pb.handover(ctx)
+		if err == nil {
+			r.handover = append(r.handover, rep)
+			progress("  handover %.3fs", rep.Took.Seconds())
+		}
+		return err
+	}); err != nil {
+		return err
+	}
+	if err := repeat(ctx, o, "failover", func() error {
+		rep, err := pb.failover(ctx, o.failoverLease)
+		if err == nil {
+			r.failover = append(r.failover, rep)
+			progress("  failover %.3fs", rep.Took.Seconds())
+		}
+		return err
+	}); err != nil {
+		return err
+	}
+	if err := repeat(ctx, o, "overwrite", func() error {
+		rep, err := pb.overwrite(ctx)
+		if err == nil {
+			r.overwrite = append(r.overwrite, rep)
+			progress("  overwrite: lost after %.3fs, exited after %.3fs, code %d", rep.Lost.Seconds(), rep.Fenced.Seconds(), rep.ExitCode)
+		}
+		return err
+	}); err != nil {
+		return err
+	}
+	if err := repeat(ctx, o, "blackhole", func() error {
+		rep, err := pb.blackhole(ctx)
+		if err == nil {
+			r.blackhole = append(r.blackhole, rep)
+			progress("  blackhole: fenced %.3fs, taken over %.3fs after the last renewal", rep.Fenced.Seconds(), rep.Takeover.Seconds())
+		}
+		return err
+	}); err != nil {
+		return err
+	}
+	if !o.skip["idle"] {
+		progress("idle: %d nodes for %v", o.reps, o.idleWindow)
+		reps, err := pb.idle(ctx, o.reps, o.idleWindow)
+		if err != nil {
+			return fmt.Errorf("idle: %w", err)
+		}
+		r.idle = reps
+	}
+	r.datadir = datadirFigures(ctx, o.datadirMB)
+	r.loadEnd = loadavg()
+	r.took = time.Since(started)
+
+	text := r.markdown()
+	fmt.Print(text)
+	if o.out != "" {
+		if err := os.WriteFile(o.out, []byte(text), 0o644); err != nil {
+			return err
+		}
+		progress("wrote %s", o.out)
+	}
+	return nil
+}
+
+// repeat runs one process-level scenario o.reps times.
+func repeat(ctx context.Context, o options, name string, f func() error) error {
+	if o.skip[name] {
+		return nil
+	}
+	progress("%s: %d repetitions", name, o.reps)
+	for i := 0; i < o.reps; i++ {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := f(); err != nil {
+			return fmt.Errorf("%s, repetition %d: %w", name, i+1, err)
+		}
+	}
+	return nil
+}
+
+// stormKey names one storm configuration.
+type stormKey struct {
+	N        int
+	Cold     bool
+	Strategy nodeid.AcquireStrategy
+}
+
+var strategies = []nodeid.AcquireStrategy{nodeid.StrategySpread, nodeid.StrategySequential}
+
+// stormAll interleaves the strategies within each repetition, so drift in
+// the machine's load affects both alike and the ratios come from one run.
+func stormAll(ctx context.Context, g *gateway, o options, r *report) error {
+	r.storm = map[stormKey][]stormResult{}
+	for _, n := range o.sizes {
+		progress("storm N=%d: %d repetitions", n, o.reps)
+		for i := 0; i < o.reps; i++ {
+			for _, cold := range []bool{true, false} {
+				for _, s := range strategies {
+					if err := ctx.Err(); err != nil {
+						return err
+					}
+					res, err := runStorm(ctx, g, s, n, cold, o.stormTimeout)
+					if err != nil {
+						return fmt.Errorf("N=%d %s cold=%t: %w", n, s, cold, err)
+					}
+					k := stormKey{n, cold, s}
+					r.storm[k] = append(r.storm[k], res)
+					progress("  N=%d cold=%-5t %-10s %7.3fs %6d requests", n, cold, s, res.Took.Seconds(), res.Total)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// loadavg is the 1-minute load average: on a shared machine it says how
+// much else was running.
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// machineNotes describes where the figures come from.
+type machine struct {
+	NProc, GoVersion, Kernel, CPU, Memory, Versity, Commit string
+}
+
+func machineNotes(gwBin string) machine {
+	m := machine{NProc: cmdOut("nproc"), GoVersion: cmdOut("go", "version"), Kernel: cmdOut("uname", "-srm")}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPU = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		line, _, _ := strings.Cut(string(b), "\n")
+		if f := strings.Fields(line); len(f) >= 2 {
+			if kb, err := strconv.Atoi(f[1]); err == nil {
+				m.Memory = fmt.Sprintf("%.1f GiB", float64(kb)/(1<<20))
+			}
+		}
+	}
+	// versitygw --version says "git" when installed with go install; the
+	// module version is in the build information.
+	m.Versity = "VersityGW"
+	for _, line := range strings.Split(cmdOut("go", "version", "-m", gwBin), "\n") {
+		if f := strings.Fields(line); len(f) >= 3 && f[0] == "mod" {
+			m.Versity = "VersityGW " + f[2] + " (posix backend)"
+		}
+	}
+	m.Commit = cmdOut("git", "rev-parse", "--short", "HEAD")
+	if out, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(out) > 0 {
+		m.Commit += " (with uncommitted changes in the tree)"
+	}
+	return m
+}
+
+func cmdOut(name string, args ...string) string {
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || len(out) == 0 {
+			return "?"
+		}
+	}
+	return strings.TrimSpace(string(out))
+}

@@ -1,0 +1,153 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/nodeid/nodeid/nodeid"
+)
+
+// stormResult is one acquisition storm: N tasks start at once for N IDs.
+type stormResult struct {
+	Took     time.Duration            // until the last task holds its ID
+	Total    int64                    // S3 requests of all tasks until then
+	PerTask  []float64                // S3 requests of each task until it held its ID
+	Attempts int64                    // conditional PUTs sent to take an ID
+	Ops      map[string]int           // requests by operation (LIST, GET, PUT)
+	OpTime   map[string]time.Duration // their summed latency
+}
+
+// runStorm starts n in-process providers with the given strategy at once on
+// a fresh bucket (bootstrapped first unless cold) and waits until every one
+// holds an ID. Each task has its own S3 client (its own connection pool, as
+// separate ECS tasks would) and its own repository, whose counter gives its
+// requests, retries included.
+func runStorm(ctx context.Context, g *gateway, strategy nodeid.AcquireStrategy, n int, cold bool, timeout time.Duration) (stormResult, error) {
+	phase := "boot"
+	if cold {
+		phase = "cold"
+	}
+	bucket, err := g.newBucket(ctx, fmt.Sprintf("storm-%s-%s-n%d", strategy, phase, n))
+	if err != nil {
+		return stormResult{}, err
+	}
+	if !cold {
+		repo, err := nodeid.NewS3Repository(g.client, bucket, "", 0)
+		if err != nil {
+			return stormResult{}, err
+		}
+		if err := nodeid.Initialize(ctx, repo, n, "bench-bootstrap", nodeid.DefaultLeaseDuration); err != nil {
+			return stormResult{}, fmt.Errorf("bootstrap: %w", err)
+		}
+	}
+
+	// Task IDs are random, like ECS task ARNs, so the spread strategy's
+	// start offsets (a hash of the task ID) differ between repetitions.
+	run := make([]byte, 4)
+	rand.Read(run)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	var lostMu sync.Mutex
+	var lost []error
+	type task struct {
+		repo *nodeid.S3Repository
+		p    *nodeid.Provider
+		ops  *opStats
+	}
+	tasks := make([]task, n)
+	for i := range tasks {
+		ops := newOpStats()
+		var client *s3.Client
+		if client, err = g.newClient(ctx, g.URL); err != nil {
+			return stormResult{}, err
+		}
+		// Counted per task and read when its Acquire returns, so renewals
+		// of early finishers during a long storm are not counted.
+		client = withOpStats(client, ops)
+		repo, err := nodeid.NewS3Repository(client, bucket, "", 0)
+		if err != nil {
+			return stormResult{}, err
+		}
+		p, err := nodeid.NewProvider(repo, nodeid.Config{
+			TaskID:         fmt.Sprintf("bench-%s-task-%03d", hex.EncodeToString(run), i),
+			ClusterSize:    n,
+			Strategy:       strategy,
+			AcquireTimeout: timeout,
+			Logger:         quiet,
+			// The default exits the process; a benchmark records it.
+			OnLost: func(err error) { lostMu.Lock(); lost = append(lost, err); lostMu.Unlock() },
+		})
+		if err != nil {
+			return stormResult{}, err
+		}
+		tasks[i] = task{repo, p, ops}
+	}
+	defer func() {
+		var wg sync.WaitGroup
+		for _, t := range tasks {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				t.p.Close(cctx)
+			}()
+		}
+		wg.Wait()
+	}()
+
+	start := make(chan struct{})
+	res := stormResult{PerTask: make([]float64, n), Ops: map[string]int{}, OpTime: map[string]time.Duration{}}
+	opsAt := make([]map[string]int, n)
+	opTimeAt := make([]map[string]time.Duration, n)
+	ids := make([]int, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i, t := range tasks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			inst, err := t.p.Acquire(ctx)
+			res.PerTask[i] = float64(t.repo.Requests())
+			opsAt[i], opTimeAt[i] = t.ops.snapshot()
+			ids[i], errs[i] = inst.ID, err
+		}()
+	}
+	t0 := time.Now()
+	close(start)
+	wg.Wait()
+	res.Took = time.Since(t0)
+	for i := range tasks {
+		for k, v := range opsAt[i] {
+			res.Ops[k] += v
+			res.OpTime[k] += opTimeAt[i][k]
+		}
+	}
+
+	seen := map[int]int{}
+	for i := range tasks {
+		if errs[i] != nil {
+			return res, fmt.Errorf("task %d: %w", i, errs[i])
+		}
+		if j, dup := seen[ids[i]]; dup {
+			return res, fmt.Errorf("tasks %d and %d both hold node %d", j, i, ids[i])
+		}
+		seen[ids[i]] = i
+		res.Total += int64(res.PerTask[i])
+		res.Attempts += tasks[i].p.Stats().AcquireAttempts
+	}
+	lostMu.Lock()
+	defer lostMu.Unlock()
+	if len(lost) > 0 {
+		return res, fmt.Errorf("%d leases lost during the storm, first: %v", len(lost), lost[0])
+	}
+	return res, nil
+}
