@@ -166,7 +166,7 @@ func passFail(ok bool) string {
 // Table formats results as a plain-text table for a terminal.
 func Table(results []*Result) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-3s %-16s %-5s %9s %9s %8s %7s %7s  %s\n", "#", "experiment", "", "detect", "replace", "requests", "writes", "took", "notes")
+	fmt.Fprintf(&b, "%-3s %-22s %-5s %9s %9s %8s %7s %7s  %s\n", "#", "experiment", "", "detect", "replace", "requests", "writes", "took", "notes")
 	for _, r := range results {
 		notes := strings.Join(r.Notes, "; ")
 		if r.Err != nil {
@@ -175,7 +175,7 @@ func Table(results []*Result) string {
 		for _, v := range r.Violations {
 			notes += "; VIOLATION " + v.String()
 		}
-		fmt.Fprintf(&b, "%-3d %-16s %-5s %9s %9s %8d %7d %7s  %s\n", r.Experiment.Number, r.Experiment.Name, passFail(r.Pass),
+		fmt.Fprintf(&b, "%-3d %-22s %-5s %9s %9s %8d %7d %7s  %s\n", r.Experiment.Number, r.Experiment.Name, passFail(r.Pass),
 			dur(r.Detect), dur(r.Replace), r.Requests, r.Writes, r.Took.Round(100*time.Millisecond), notes)
 	}
 	return b.String()

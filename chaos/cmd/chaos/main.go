@@ -35,7 +35,7 @@ func run() int {
 
 	if *list {
 		for _, e := range chaos.Experiments() {
-			fmt.Printf("%d %-16s %s\n", e.Number, e.Name, e.Does)
+			fmt.Printf("%d %-22s %s\n", e.Number, e.Name, e.Does)
 		}
 		return 0
 	}
