@@ -84,7 +84,9 @@ type Result struct {
 	Dir             string // kept experiment directory, if any
 }
 
-func (r *Result) notef(format string, args ...any) { r.Notes = append(r.Notes, fmt.Sprintf(format, args...)) }
+func (r *Result) notef(format string, args ...any) {
+	r.Notes = append(r.Notes, fmt.Sprintf(format, args...))
+}
 
 // Experiments returns the registry, in order.
 func Experiments() []*Experiment { return registry }

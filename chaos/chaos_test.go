@@ -1,0 +1,86 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// inCI reports whether CI asks for mandatory integration tests (CI=true,
+// or any value but empty, 0 and false).
+func inCI() bool {
+	switch strings.ToLower(os.Getenv("CI")) {
+	case "", "0", "false":
+		return false
+	}
+	return true
+}
+
+// TestChaosShortSubset runs the experiments marked Short (lease overwrite,
+// kill -9, pause) against real nodeid-init processes and VersityGW, and
+// fails on any unmet expectation or invariant violation. It is what CI runs
+// of the chaos suite on every change; `make chaos` runs all of it.
+func TestChaosShortSubset(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos experiments take about 15 s; skipped with -short")
+	}
+	versity, err := FindVersity()
+	if errors.Is(err, ErrNoVersity) && !inCI() {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	dir := t.TempDir()
+	nodeInit, broker, err := Build(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{NodeInit: nodeInit, Broker: broker, Versity: versity, WorkDir: dir, Keep: true, Logf: t.Logf}
+	var results []*Result
+	for _, e := range Experiments() {
+		if !e.Short {
+			continue
+		}
+		t.Run(e.Name, func(t *testing.T) {
+			r := Run(ctx, cfg, e)
+			results = append(results, r)
+			if r.Err != nil {
+				t.Errorf("%s: %v", e.Name, r.Err)
+			}
+			for _, v := range r.Violations {
+				t.Errorf("%s: invariant violated: %v", e.Name, v)
+			}
+			if r.Writes == 0 {
+				t.Errorf("%s: no writes were checked", e.Name)
+			}
+			if !r.Pass {
+				t.Logf("files of %s kept in %s", e.Name, r.Dir)
+				logTail(t, r.Dir)
+			}
+		})
+	}
+	if len(results) < 3 {
+		t.Fatalf("ran %d short experiments, want at least 3 (overwrite, kill -9, pause)", len(results))
+	}
+	t.Logf("\n%s", Table(results))
+}
+
+// logTail shows the supervisors' last log lines of a failed experiment,
+// since the temporary directory is gone once the test ends.
+func logTail(t *testing.T, dir string) {
+	entries, _ := os.ReadDir(dir + "/logs")
+	for _, e := range entries {
+		b, _ := os.ReadFile(dir + "/logs/" + e.Name())
+		lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+		if len(lines) > 8 {
+			lines = lines[len(lines)-8:]
+		}
+		t.Logf("--- %s:\n%s", e.Name(), strings.Join(lines, "\n"))
+	}
+}
