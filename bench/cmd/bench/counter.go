@@ -84,19 +84,20 @@ func (c *opCounter) close() { c.srv.Close() }
 // opStats counts the requests of in-process clients by operation, with
 // their summed latency, to explain where a storm spends its time.
 type opStats struct {
-	mu  sync.Mutex
-	n   map[string]int
-	dur map[string]time.Duration
+	mu    sync.Mutex
+	n     map[string]int
+	dur   map[string]time.Duration
+	worst map[string]time.Duration
 }
 
 func newOpStats() *opStats {
-	return &opStats{n: map[string]int{}, dur: map[string]time.Duration{}}
+	return &opStats{n: map[string]int{}, dur: map[string]time.Duration{}, worst: map[string]time.Duration{}}
 }
 
-func (s *opStats) snapshot() (map[string]int, map[string]time.Duration) {
+func (s *opStats) snapshot() (n map[string]int, sum, worst map[string]time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return maps.Clone(s.n), maps.Clone(s.dur)
+	return maps.Clone(s.n), maps.Clone(s.dur), maps.Clone(s.worst)
 }
 
 // opClient is an s3.HTTPClient that records every request in st.
@@ -113,6 +114,7 @@ func (c opClient) Do(req *http.Request) (*http.Response, error) {
 	c.st.mu.Lock()
 	c.st.n[k]++
 	c.st.dur[k] += d
+	c.st.worst[k] = max(c.st.worst[k], d)
 	c.st.mu.Unlock()
 	return resp, err
 }

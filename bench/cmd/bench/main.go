@@ -260,7 +260,8 @@ func stormAll(ctx context.Context, g *gateway, o options, r *report) error {
 					}
 					k := stormKey{n, cold, s}
 					r.storm[k] = append(r.storm[k], res)
-					progress("  N=%d cold=%-5t %-10s %7.3fs %6d requests", n, cold, s, res.Took.Seconds(), res.Total)
+					progress("  N=%d cold=%-5t %-10s %7.3fs %6d requests, %d waited a poll, slowest LIST/GET/PUT %v/%v/%v", n, cold, s, res.Took.Seconds(), res.Total, res.Waited,
+						res.OpWorst["LIST"].Round(time.Millisecond), res.OpWorst["GET"].Round(time.Millisecond), res.OpWorst["PUT"].Round(time.Millisecond))
 				}
 			}
 		}

@@ -122,8 +122,8 @@ func (r *report) stormSection(b *strings.Builder) {
 	w("IDs 0..N-1 in order, GET then conditional PUT each, backoff 1 s doubling to 30 s after a full pass).\n")
 	w("*cold*: empty bucket, the tasks create the lease objects themselves; *bootstrapped*: `nodeid.Initialize` ran first.\n")
 	w("The two strategies alternate within each repetition, on a fresh bucket each time.\n\n")
-	w("| N | start | strategy | time (s) | requests, all tasks | per task: median, max | LIST / GET / PUT | mean latency LIST / GET / PUT (ms) |\n")
-	w("| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: |\n")
+	w("| N | start | strategy | time (s) | requests, all tasks | per task: median, max | LIST / GET / PUT | mean latency LIST / GET / PUT (ms) | tasks that waited a poll |\n")
+	w("| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	type agg struct{ time, total bench.Summary }
 	sums := map[stormKey]agg{}
 	for _, n := range r.opts.sizes {
@@ -135,7 +135,7 @@ func (r *report) stormSection(b *strings.Builder) {
 					continue
 				}
 				var took []time.Duration
-				var total, per []float64
+				var total, per, waited []float64
 				byOp := map[string][]float64{}
 				opN := map[string]int{}
 				opTime := map[string]time.Duration{}
@@ -143,6 +143,7 @@ func (r *report) stormSection(b *strings.Builder) {
 					took = append(took, x.Took)
 					total = append(total, float64(x.Total))
 					per = append(per, x.PerTask...)
+					waited = append(waited, float64(x.Waited))
 					for _, op := range stormOps {
 						byOp[op] = append(byOp[op], float64(x.Ops[op]))
 						opN[op] += x.Ops[op]
@@ -161,13 +162,15 @@ func (r *report) stormSection(b *strings.Builder) {
 					}
 					lat = append(lat, bench.Format(mean, 1))
 				}
-				w("| %d | %s | %s | %s | %s | %s, %s | %s | %s |\n", n, startName(cold), s, a.time.Spread(2), a.total.Spread(0),
-					bench.Format(ps.Median, 0), bench.Format(ps.Max, 0), strings.Join(counts, " / "), strings.Join(lat, " / "))
+				w("| %d | %s | %s | %s | %s | %s, %s | %s | %s | %s |\n", n, startName(cold), s, a.time.Spread(2), a.total.Spread(0),
+					bench.Format(ps.Median, 0), bench.Format(ps.Max, 0), strings.Join(counts, " / "), strings.Join(lat, " / "),
+					bench.Summarize(waited).Spread(0))
 			}
 		}
 	}
 	w("\nRequests per task are counted until that task's Acquire returned. LIST / GET / PUT are medians over the\n")
-	w("repetitions; the latencies are means over all repetitions, measured in the tasks' HTTP clients.\n")
+	w("repetitions; the latencies are means over all repetitions, measured in the tasks' HTTP clients. \"Waited a\n")
+	w("poll\" counts tasks that logged `no node id free, waiting` and slept P/2..P although an ID was free for each.\n")
 	w("\nRatios baseline / spread, from the medians above (same run):\n\n")
 	w("| N | start | requests | time |\n| ---: | --- | ---: | ---: |\n")
 	for _, n := range r.opts.sizes {

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"io"
 	"log/slog"
 	"sync"
 	"time"
@@ -23,6 +22,8 @@ type stormResult struct {
 	Attempts int64                    // conditional PUTs sent to take an ID
 	Ops      map[string]int           // requests by operation (LIST, GET, PUT)
 	OpTime   map[string]time.Duration // their summed latency
+	OpWorst  map[string]time.Duration // the slowest of each
+	Waited   int                      // tasks that waited a poll interval
 }
 
 // runStorm starts n in-process providers with the given strategy at once on
@@ -53,7 +54,8 @@ func runStorm(ctx context.Context, g *gateway, strategy nodeid.AcquireStrategy, 
 	// start offsets (a hash of the task ID) differ between repetitions.
 	run := make([]byte, 4)
 	rand.Read(run)
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	msgs := &msgCounter{n: map[string]int{}}
+	quiet := slog.New(msgs)
 	var lostMu sync.Mutex
 	var lost []error
 	type task struct {
@@ -104,9 +106,10 @@ func runStorm(ctx context.Context, g *gateway, strategy nodeid.AcquireStrategy, 
 	}()
 
 	start := make(chan struct{})
-	res := stormResult{PerTask: make([]float64, n), Ops: map[string]int{}, OpTime: map[string]time.Duration{}}
+	res := stormResult{PerTask: make([]float64, n), Ops: map[string]int{}, OpTime: map[string]time.Duration{}, OpWorst: map[string]time.Duration{}}
 	opsAt := make([]map[string]int, n)
 	opTimeAt := make([]map[string]time.Duration, n)
+	opWorstAt := make([]map[string]time.Duration, n)
 	ids := make([]int, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -117,7 +120,7 @@ func runStorm(ctx context.Context, g *gateway, strategy nodeid.AcquireStrategy, 
 			<-start
 			inst, err := t.p.Acquire(ctx)
 			res.PerTask[i] = float64(t.repo.Requests())
-			opsAt[i], opTimeAt[i] = t.ops.snapshot()
+			opsAt[i], opTimeAt[i], opWorstAt[i] = t.ops.snapshot()
 			ids[i], errs[i] = inst.ID, err
 		}()
 	}
@@ -129,6 +132,7 @@ func runStorm(ctx context.Context, g *gateway, strategy nodeid.AcquireStrategy, 
 		for k, v := range opsAt[i] {
 			res.Ops[k] += v
 			res.OpTime[k] += opTimeAt[i][k]
+			res.OpWorst[k] = max(res.OpWorst[k], opWorstAt[i][k])
 		}
 	}
 
@@ -144,10 +148,37 @@ func runStorm(ctx context.Context, g *gateway, strategy nodeid.AcquireStrategy, 
 		res.Total += int64(res.PerTask[i])
 		res.Attempts += tasks[i].p.Stats().AcquireAttempts
 	}
+	res.Waited = msgs.count("no node id free, waiting")
 	lostMu.Lock()
 	defer lostMu.Unlock()
 	if len(lost) > 0 {
 		return res, fmt.Errorf("%d leases lost during the storm, first: %v", len(lost), lost[0])
 	}
 	return res, nil
+}
+
+// msgCounter is a slog.Handler that counts records by message and prints
+// nothing: the storm reports how many tasks had to wait a poll interval
+// ("no node id free, waiting") although an ID was free for each of them.
+type msgCounter struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *msgCounter) Enabled(context.Context, slog.Level) bool { return true }
+
+func (c *msgCounter) Handle(_ context.Context, r slog.Record) error {
+	c.mu.Lock()
+	c.n[r.Message]++
+	c.mu.Unlock()
+	return nil
+}
+
+func (c *msgCounter) WithAttrs([]slog.Attr) slog.Handler { return c }
+func (c *msgCounter) WithGroup(string) slog.Handler      { return c }
+
+func (c *msgCounter) count(msg string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[msg]
 }
