@@ -144,3 +144,19 @@ func crashChild(root string) {
 	fmt.Fprintln(os.Stderr, "crash child: Prepare returned before it was killed:", err)
 	os.Exit(3)
 }
+
+func TestSpecialFilesAreLeftOut(t *testing.T) {
+	root := t.TempDir()
+	src := makeVersion(t, root, 0, 1, map[string]string{"data/keep": "k"}, 1)
+	if err := unix.Mkfifo(filepath.Join(src, "data", "fifo"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dir, res := mustPrepare(t, root, inst(0, 2), Options{})
+	equalMaps(t, contents(t, dir), map[string]string{"data/keep": "k"})
+	if exists(t, filepath.Join(dir, "data", "fifo")) {
+		t.Error("FIFO carried over")
+	}
+	if res.Skipped != 2 { // the FIFO and the source's marker
+		t.Errorf("Skipped = %d, want 2", res.Skipped)
+	}
+}

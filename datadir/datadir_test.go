@@ -761,16 +761,29 @@ func TestCancelledMidCopy(t *testing.T) {
 }
 
 func TestWorkers(t *testing.T) {
-	root := t.TempDir()
 	files := map[string]string{}
-	for i := range 60 {
-		files[fmt.Sprintf("d%d/e%d/f%d", i%3, i%5, i)] = strings.Repeat("y", i*100)
+	for i := range 80 {
+		// 20 leaf directories: more than the descriptor cache holds for
+		// source and target together, so entries are evicted while in use.
+		files[fmt.Sprintf("d%d/e%d/f%d", i%4, i%5, i)] = strings.Repeat("y", i*100)
 	}
-	makeVersion(t, root, 0, 1, files, 1)
-	dir, res := mustPrepare(t, root, inst(0, 2), Options{Workers: 4, Immutable: []string{"d0/**"}, VerifyContent: true})
-	equalMaps(t, contents(t, dir), files)
-	if res.FilesLinked != 20 || res.FilesCopied != 40 {
-		t.Errorf("result = %+v", res)
+	for _, tc := range []struct {
+		name           string
+		opts           Options
+		linked, copied int64
+	}{
+		{"mixed", Options{Workers: 4, Immutable: []string{"d0/**"}, VerifyContent: true}, 20, 60},
+		{"graceful", Options{Workers: 4, PreviousGraceful: true}, 80, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			makeVersion(t, root, 0, 1, files, 1)
+			dir, res := mustPrepare(t, root, inst(0, 2), tc.opts)
+			equalMaps(t, contents(t, dir), files)
+			if res.FilesLinked != tc.linked || res.FilesCopied != tc.copied {
+				t.Errorf("result = %+v", res)
+			}
+		})
 	}
 }
 
