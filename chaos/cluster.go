@@ -22,6 +22,7 @@ import (
 	"github.com/nodeid/nodeid/chaos/checker"
 	"github.com/nodeid/nodeid/clock"
 	"github.com/nodeid/nodeid/faultproxy"
+	"github.com/nodeid/nodeid/leasefile"
 	"github.com/nodeid/nodeid/nodeid"
 )
 
@@ -91,11 +92,12 @@ type Task struct {
 	Proxy *faultproxy.Proxy
 	Cmd   *exec.Cmd
 
-	eventLog string
-	logPath  string
-	done     chan struct{}
-	code     int
-	exitMono time.Duration
+	eventLog  string
+	logPath   string
+	leasePath string
+	done      chan struct{}
+	code      int
+	exitMono  time.Duration
 
 	mu     sync.Mutex
 	offset int64
@@ -110,7 +112,8 @@ func (c *Cluster) Start(name string, env ...string) (*Task, error) {
 		return nil, err
 	}
 	t := &Task{Name: name, Proxy: p, done: make(chan struct{}),
-		eventLog: filepath.Join(c.Events, name+".jsonl"), logPath: filepath.Join(c.dir, "logs", name+".log")}
+		eventLog: filepath.Join(c.Events, name+".jsonl"), logPath: filepath.Join(c.dir, "logs", name+".log"),
+		leasePath: filepath.Join(c.dir, "leases", name+".json")}
 	out, err := os.Create(t.logPath)
 	if err != nil {
 		p.Close()
@@ -131,7 +134,7 @@ func (c *Cluster) Start(name string, env ...string) (*Task, error) {
 		"NODEID_ACQUIRE_TIMEOUT=2m", "NODEID_STOP_TIMEOUT=5s",
 		"NODEID_TASK_ID=" + name,
 		"NODEID_DATA_ROOT=" + c.Root,
-		"NODEID_LEASE_FILE=" + filepath.Join(c.dir, "leases", name+".json"),
+		"NODEID_LEASE_FILE=" + t.leasePath,
 		"NODEID_LOG_FORMAT=json",
 		"CHAOS_EVENT_LOG=" + t.eventLog,
 		"CHAOS_WRITE_INTERVAL=20ms",
@@ -271,6 +274,25 @@ func (t *Task) LogHas(msg string) bool {
 	return strings.Contains(t.Log(), `"msg":"`+msg+`"`)
 }
 
+// LeaseFile returns the lease the supervisor last published for its broker.
+func (t *Task) LeaseFile() (leasefile.Lease, error) { return leasefile.Read(t.leasePath) }
+
+// AfterRenewal returns right after the supervisor's next successful
+// renewal (the lease file's deadline moves). Faults injected then hit the
+// holder at the worst moment, a whole renew interval (or lease) away from its
+// next renewal (or deadline), so the figures measured are worst cases rather
+// than depending on the phase of the renewal cycle.
+func (t *Task) AfterRenewal(ctx context.Context, timeout time.Duration) error {
+	l, err := t.LeaseFile()
+	if err != nil {
+		return err
+	}
+	return waitFor(ctx, timeout, "a renewal by "+t.Name, func() bool {
+		n, err := t.LeaseFile()
+		return err == nil && n.ValidUntilMonotonicNs != l.ValidUntilMonotonicNs
+	}, time.Millisecond)
+}
+
 // Signal sends sig to the supervisor only.
 func (t *Task) Signal(sig syscall.Signal) error {
 	if !t.Running() {
@@ -303,8 +325,13 @@ func (t *Task) Wait(timeout time.Duration) (int, bool) {
 	}
 }
 
-// waitFor polls cond every 20 ms until it holds or timeout passes.
-func waitFor(ctx context.Context, timeout time.Duration, what string, cond func() bool) error {
+// waitFor polls cond every 20 ms (or every every[0]) until it holds or
+// timeout passes.
+func waitFor(ctx context.Context, timeout time.Duration, what string, cond func() bool, every ...time.Duration) error {
+	poll := 20 * time.Millisecond
+	if len(every) > 0 {
+		poll = every[0]
+	}
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
@@ -313,7 +340,7 @@ func waitFor(ctx context.Context, timeout time.Duration, what string, cond func(
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
-		case <-time.After(20 * time.Millisecond):
+		case <-time.After(poll):
 		}
 	}
 	return nil

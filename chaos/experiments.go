@@ -240,6 +240,9 @@ func runLeaseOverwrite(ctx context.Context, c *Cluster, r *Result) error {
 	}
 	body := fmt.Sprintf(`{"taskId":"abc","timestamp":%d,"nodeInstance":{"id":%d,"version":%d},"knownVersionMappings":{"mappingsByNodeId":{}}}`,
 		time.Now().UnixMilli(), node, v)
+	if err := old.AfterRenewal(ctx, 2*c.Timing.Lease); err != nil {
+		return err
+	}
 	t0 := mono()
 	if err := c.PutObject(ctx, c.LeaseKey(node), body, map[string]string{"version": strconv.FormatInt(v, 10), "acquirable": "true", "taskid": "abc"}); err != nil {
 		return err
@@ -272,6 +275,9 @@ func runLeaseDelete(ctx context.Context, c *Cluster, r *Result) error {
 	if err := sleep(ctx, 2*c.Timing.Lease); err != nil {
 		return err
 	}
+	if err := old.AfterRenewal(ctx, 2*c.Timing.Lease); err != nil {
+		return err
+	}
 	t0 := mono()
 	if err := c.DeleteObject(ctx, c.LeaseKey(node)); err != nil {
 		return err
@@ -299,6 +305,9 @@ func runKill9(ctx context.Context, c *Cluster, r *Result) error {
 		return err
 	}
 	id, _ := old.Identity()
+	if err := old.AfterRenewal(ctx, 2*c.Timing.Lease); err != nil {
+		return err
+	}
 	t0 := mono()
 	if err := old.Signal(syscall.SIGKILL); err != nil {
 		return err
@@ -325,6 +334,9 @@ func runPause(ctx context.Context, c *Cluster, r *Result) error {
 	const node = 0
 	old, v, err := victim(holders, node)
 	if err != nil {
+		return err
+	}
+	if err := old.AfterRenewal(ctx, 2*c.Timing.Lease); err != nil {
 		return err
 	}
 	t0 := mono()
@@ -373,6 +385,9 @@ func runBlackhole(ctx context.Context, c *Cluster, r *Result) error {
 	const node = 1
 	old, v, err := victim(holders, node)
 	if err != nil {
+		return err
+	}
+	if err := old.AfterRenewal(ctx, 2*c.Timing.Lease); err != nil {
 		return err
 	}
 	t0 := mono()
@@ -597,6 +612,9 @@ func runClockSkew(ctx context.Context, c *Cluster, r *Result) error {
 	id, _ := old.Identity()
 	if holders[id.Node] != old {
 		return fmt.Errorf("holder map inconsistent for %s", old.Name)
+	}
+	if err := old.AfterRenewal(ctx, 2*c.Timing.Lease); err != nil {
+		return err
 	}
 	t0 := mono()
 	if err := old.Signal(syscall.SIGKILL); err != nil {
