@@ -50,15 +50,14 @@ type Cluster struct {
 	Root   string // the shared data root, node-N/vK below it
 	Events string // the brokers' event logs, one per task
 
-	cfg    Config
-	dir    string
-	gw     *gateway
-	s3     *s3.Client
-	repo   *nodeid.S3Repository
-	logf   func(format string, args ...any)
-	mu     sync.Mutex
-	tasks  []*Task
-	serial int
+	cfg   Config
+	dir   string
+	gw    *gateway
+	s3    *s3.Client
+	repo  *nodeid.S3Repository
+	logf  func(format string, args ...any)
+	mu    sync.Mutex
+	tasks []*Task
 }
 
 func newCluster(ctx context.Context, cfg Config, dir string, size int, timing Timing, logf func(string, ...any)) (*Cluster, error) {

@@ -54,7 +54,7 @@ var registry = []*Experiment{
 	},
 	{
 		Number: 6, Name: "latency-503", Size: 3, Timing: ShortTiming, Timeout: 60 * time.Second,
-		Does:    "For 5 L, every task's requests are delayed 30-150 ms and a quarter of them answered 503 SlowDown: below the renewal budget (T = R/2 = 250 ms, deadline L-m).",
+		Does:    "For 5 L, every task's requests are delayed 20-120 ms and one in ten answered 503 SlowDown: below the renewal budget (T = R/2 = 250 ms, deadline L-m).",
 		Expects: "No holder loses its lease, no task takes over, no version changes.",
 		run:     runLatency503,
 	},
@@ -422,8 +422,8 @@ func runLatency503(ctx context.Context, c *Cluster, r *Result) error {
 		before[n] = id.Version
 	}
 	for i, t := range c.Tasks() {
-		t.Proxy.Set(faultproxy.Fault{Latency: 30 * time.Millisecond, Jitter: 120 * time.Millisecond,
-			Status: 503, Probability: 0.25, Seed: uint64(i + 1)})
+		t.Proxy.Set(faultproxy.Fault{Latency: 20 * time.Millisecond, Jitter: 100 * time.Millisecond,
+			Status: 503, Probability: 0.1, Seed: uint64(i + 1)})
 	}
 	if err := sleep(ctx, 5*c.Timing.Lease); err != nil {
 		return err
