@@ -205,6 +205,7 @@ func Markdown(results []*Result, command string, when time.Time) string {
 			dur(r.Detect), dur(r.Replace), r.Requests, r.Writes, r.Took.Round(100*time.Millisecond), strings.ReplaceAll(notes, "|", "/"))
 	}
 	fmt.Fprintf(&b, "\n%d of %d experiments passed.\n", len(results)-failed, len(results))
+	b.WriteString(knownProblems)
 	for _, r := range results {
 		if len(r.Violations) == 0 {
 			continue
@@ -230,3 +231,9 @@ func dur(d time.Duration) string {
 }
 
 func numCPU() int { return runtime.NumCPU() }
+
+// knownProblems points from the report to the explanations of failures the
+// suite is known to show until nodeid-init changes.
+const knownProblems = "\nKnown problems (start-storm failing on the conditional-write probe, a lease deleted " +
+	"within L of a start restarting its version, the thin renewal budget under heavy 503s): " +
+	"see [chaos.md](chaos.md#known-problems-the-suite-shows).\n"
