@@ -186,6 +186,20 @@ func (r *report) stormSection(b *strings.Builder) {
 		}
 	}
 	w("\n")
+	waitedCold := 0
+	for _, n := range r.opts.sizes {
+		for _, x := range r.storm[stormKey{n, true, nodeid.StrategySpread}] {
+			waitedCold += x.Waited
+		}
+	}
+	if waitedCold > 0 {
+		w("**Why cold spread storms are slow:** in %d cold spread runs, %d tasks in all slept a poll interval\n", r.opts.reps*len(r.opts.sizes), waitedCold)
+		w("(`no node id free, waiting`) although an ID was free for each; that sleep (P/2..P = 0.5–1 s), not S3,\n")
+		w("is most of the cold time. A task whose first LIST found the bucket empty, and whose creates all got 412\n")
+		w("because other tasks created those objects first, keeps that empty listing: `trySpread` lists again only\n")
+		w("if this task itself wrote something (`wrote`), so `candidates` has nothing to try and the task waits.\n")
+		w("Listing again whenever objects were missing would remove the wait.\n\n")
+	}
 }
 
 // stormOps are the operations a storm sends (HEAD only from Probe, which
