@@ -5,7 +5,7 @@ GOBIN := $(shell $(GO) env GOPATH)/bin
 VERSITYGW_VERSION := v1.8.0
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build demo test test-short lint versitygw bench-datadir clean
+.PHONY: all build demo test test-short lint versitygw bench-datadir chaos clean
 
 all: build test
 
@@ -44,6 +44,11 @@ lint:
 ## bench-datadir: data-directory preparation against cp -a (see docs/datadir.md)
 bench-datadir:
 	bash scripts/bench-datadir.sh
+
+## chaos: every chaos experiment against real nodeid-init processes and VersityGW
+## (about 70 s); prints a table and writes docs/chaos-report.md (see docs/chaos.md)
+chaos: versitygw
+	$(GO) run ./chaos/cmd/chaos -all
 
 clean:
 	rm -rf bin
