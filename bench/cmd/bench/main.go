@@ -35,27 +35,27 @@ import (
 )
 
 type options struct {
-	reps          int
-	quick         bool
-	out           string
-	sizes         []int
-	failoverLease time.Duration
-	idleWindow    time.Duration
-	stormTimeout  time.Duration
-	nodeidInit    string
-	skip          map[string]bool
-	datadirMB     int
-	args          []string
+	reps           int
+	quick          bool
+	out            string
+	sizes          []int
+	failoverLeases []time.Duration
+	idleWindow     time.Duration
+	stormTimeout   time.Duration
+	nodeidInit     string
+	skip           map[string]bool
+	datadirMB      int
+	args           []string
 }
 
 func main() {
 	var o options
-	var sizes, skip string
+	var sizes, skip, leases string
 	flag.IntVar(&o.reps, "reps", 5, "repetitions of every scenario")
 	flag.BoolVar(&o.quick, "quick", false, "check that the program works: 1 repetition, N = 10 only, short windows")
 	flag.StringVar(&o.out, "out", "", "write the report (Markdown) to this file, e.g. docs/benchmarks.md; it is always printed")
 	flag.StringVar(&sizes, "sizes", "10,50,100", "storm sizes N, comma-separated")
-	flag.DurationVar(&o.failoverLease, "failover-lease", 5*time.Second, "lease duration of the crash-failover scenario (shorter than the default 15s to keep the run short)")
+	flag.StringVar(&leases, "failover-leases", "5s,15s", "lease durations of the crash-failover scenario, comma-separated (-quick: the first only)")
 	flag.DurationVar(&o.idleWindow, "idle-window", 60*time.Second, "steady-state measurement window")
 	flag.DurationVar(&o.stormTimeout, "storm-timeout", 3*time.Minute, "acquire timeout of each storm task")
 	flag.StringVar(&o.nodeidInit, "nodeid-init", "", "nodeid-init binary (default: built from ./cmd/nodeid-init)")
@@ -76,7 +76,15 @@ func main() {
 		}
 		o.sizes = append(o.sizes, n)
 	}
+	for _, s := range strings.Split(leases, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(s))
+		if err != nil || d <= 0 {
+			fatalf("bad -failover-leases %q", leases)
+		}
+		o.failoverLeases = append(o.failoverLeases, d)
+	}
 	if o.quick {
+		o.failoverLeases = o.failoverLeases[:1]
 		o.reps = min(o.reps, 2)
 		if !flagSet("reps") {
 			o.reps = 1
@@ -163,15 +171,18 @@ func run(ctx context.Context, o options) error {
 	}); err != nil {
 		return err
 	}
-	if err := repeat(ctx, o, "failover", func() error {
-		rep, err := pb.failover(ctx, o.failoverLease)
-		if err == nil {
-			r.failover = append(r.failover, rep)
-			progress("  failover %.3fs", rep.Took.Seconds())
+	r.failover = map[time.Duration][]failoverRep{}
+	for _, lease := range o.failoverLeases {
+		if err := repeat(ctx, o, "failover", func() error {
+			rep, err := pb.failover(ctx, lease)
+			if err == nil {
+				r.failover[lease] = append(r.failover[lease], rep)
+				progress("  failover (L = %v) %.3fs", lease, rep.Took.Seconds())
+			}
+			return err
+		}); err != nil {
+			return err
 		}
-		return err
-	}); err != nil {
-		return err
 	}
 	if err := repeat(ctx, o, "overwrite", func() error {
 		rep, err := pb.overwrite(ctx)
