@@ -5,7 +5,7 @@ GOBIN := $(shell $(GO) env GOPATH)/bin
 VERSITYGW_VERSION := v1.8.0
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build demo test test-short lint versitygw bench-datadir chaos clean
+.PHONY: all build demo test test-short lint versitygw bench bench-datadir chaos clean
 
 all: build test
 
@@ -40,6 +40,12 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
+
+## bench: acquisition storm against the anchor's strategy, handover, failover, loss
+## detection and steady-state cost on a loopback VersityGW (about 8 min); prints a
+## table and writes docs/benchmarks.md
+bench: versitygw
+	$(GO) run ./bench/cmd/bench -reps 5 -out docs/benchmarks.md
 
 ## bench-datadir: data-directory preparation against cp -a (see docs/datadir.md)
 bench-datadir:
