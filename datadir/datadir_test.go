@@ -356,28 +356,63 @@ func TestLinkOrCopyPerFile(t *testing.T) {
 }
 
 func TestSkipPatternsAndMarkerNotCopied(t *testing.T) {
-	root := t.TempDir()
-	makeVersion(t, root, 0, 1, map[string]string{
-		"runtime/x":         "r",
-		"runtime/sub/y":     "r",
-		"data/x.lock":       "l",
-		"top.lock":          "l",
-		"data/keep":         "k",
-		"data/runtime/z":    "not top-level runtime",
-		"sub/" + MarkerName: "a nested file of that name is data",
-	}, 1)
-	dir, res := mustPrepare(t, root, inst(0, 2), Options{Skip: []string{"runtime/**", "**/*.lock"}})
-	equalMaps(t, contents(t, dir), map[string]string{
-		"data/keep":         "k",
-		"data/runtime/z":    "not top-level runtime",
-		"sub/" + MarkerName: "a nested file of that name is data",
-	})
-	// runtime (whole directory), data/x.lock, top.lock, the marker.
-	if res.Skipped != 4 {
-		t.Errorf("Skipped = %d, want 4", res.Skipped)
+	for _, graceful := range []bool{false, true} {
+		t.Run(fmt.Sprintf("graceful=%v", graceful), func(t *testing.T) {
+			root := t.TempDir()
+			makeVersion(t, root, 0, 1, map[string]string{
+				"runtime/x":         "r",
+				"runtime/sub/y":     "r",
+				"data/x.lock":       "l",
+				"top.lock":          "l",
+				"data/keep":         "k",
+				"data/runtime/z":    "not top-level runtime",
+				"sub/" + MarkerName: "a nested file of that name is data",
+			}, 1)
+			dir, res := mustPrepare(t, root, inst(0, 2), Options{PreviousGraceful: graceful, Skip: []string{"runtime/**", "**/*.lock"}})
+			equalMaps(t, contents(t, dir), map[string]string{
+				"data/keep":         "k",
+				"data/runtime/z":    "not top-level runtime",
+				"sub/" + MarkerName: "a nested file of that name is data",
+			})
+			// runtime (whole directory), data/x.lock, top.lock, the marker.
+			if res.Skipped != 4 {
+				t.Errorf("Skipped = %d, want 4", res.Skipped)
+			}
+			if m := readMarkerFile(t, dir); m["version"] != float64(2) || m["initializedFrom"] != float64(1) {
+				t.Errorf("marker = %v", m)
+			}
+		})
 	}
-	if m := readMarkerFile(t, dir); m["version"] != float64(2) || m["initializedFrom"] != float64(1) {
-		t.Errorf("marker = %v", m)
+}
+
+// Subdirectories keep the permissions and times of their source, in both
+// modes, as with cp -a.
+func TestSubdirectoryModeAndTimes(t *testing.T) {
+	mtime := time.Date(2024, 5, 6, 7, 8, 9, 0, time.UTC)
+	for _, graceful := range []bool{false, true} {
+		t.Run(fmt.Sprintf("graceful=%v", graceful), func(t *testing.T) {
+			root := t.TempDir()
+			src := makeVersion(t, root, 0, 1, map[string]string{"private/a": "a", "open/b": "b"}, 1)
+			for d, mode := range map[string]fs.FileMode{"private": 0o700, "open": 0o755} {
+				p := filepath.Join(src, d)
+				if err := os.Chmod(p, mode); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Chtimes(p, mtime, mtime); err != nil {
+					t.Fatal(err)
+				}
+			}
+			dir, _ := mustPrepare(t, root, inst(0, 2), Options{PreviousGraceful: graceful})
+			for d, mode := range map[string]fs.FileMode{"private": 0o700, "open": 0o755} {
+				fi, err := os.Stat(filepath.Join(dir, d))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if fi.Mode().Perm() != mode || !fi.ModTime().Equal(mtime) {
+					t.Errorf("%s: mode %v mtime %v, want %v %v", d, fi.Mode().Perm(), fi.ModTime(), mode, mtime)
+				}
+			}
+		})
 	}
 }
 
@@ -391,6 +426,15 @@ func TestSymlinksInsideAreRecreated(t *testing.T) {
 		"dirlink":  "data",
 	} {
 		if err := os.Symlink(target, filepath.Join(src, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, graceful := range []bool{false, true} {
+		_, res := mustPrepare(t, root, inst(0, 2), Options{PreviousGraceful: graceful, Keep: 10})
+		if res.Symlinks != 4 {
+			t.Errorf("graceful=%v: Symlinks = %d, want 4", graceful, res.Symlinks)
+		}
+		if err := os.RemoveAll(Dir(root, inst(0, 2))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -430,9 +474,11 @@ func TestSymlinksOutsideAreRefused(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			_, _, err := Prepare(context.Background(), root, inst(0, 2), Options{Logger: quiet, PreviousGraceful: true})
-			if !errors.Is(err, ErrUnsafeSymlink) {
-				t.Fatalf("err = %v, want ErrUnsafeSymlink", err)
+			for _, graceful := range []bool{false, true} {
+				_, _, err := Prepare(context.Background(), root, inst(0, 2), Options{Logger: quiet, PreviousGraceful: graceful})
+				if !errors.Is(err, ErrUnsafeSymlink) {
+					t.Fatalf("graceful=%v: err = %v, want ErrUnsafeSymlink", graceful, err)
+				}
 			}
 			if exists(t, filepath.Join(Dir(root, inst(0, 2)), MarkerName)) {
 				t.Error("marker written despite an unsafe link")
@@ -532,6 +578,15 @@ func TestValidation(t *testing.T) {
 				t.Fatal(err)
 			}
 			writeFiles(t, dst, map[string]string{"snap/s": "snapshot"})
+		}, true},
+		{"graceful link replaced by a copy", Options{PreviousGraceful: true}, func(t *testing.T, _, dst string) {
+			if err := os.Remove(filepath.Join(dst, "a")); err != nil {
+				t.Fatal(err)
+			}
+			writeFiles(t, dst, map[string]string{"a": "alpha"})
+		}, true},
+		{"graceful, new source file after linking", Options{PreviousGraceful: true}, func(t *testing.T, src, _ string) {
+			writeFiles(t, src, map[string]string{"log/seg2": "x"})
 		}, true},
 		{"mutable file shared", Options{}, func(t *testing.T, src, dst string) {
 			p := filepath.Join(dst, "a")
@@ -727,37 +782,42 @@ func TestGarbageCollection(t *testing.T) {
 }
 
 func TestCancelledMidCopy(t *testing.T) {
-	root := t.TempDir()
-	files := map[string]string{}
-	for i := range 20 {
-		files[fmt.Sprintf("f%02d", i)] = strings.Repeat("x", i)
+	for _, graceful := range []bool{false, true} {
+		t.Run(fmt.Sprintf("graceful=%v", graceful), func(t *testing.T) {
+			root := t.TempDir()
+			files := map[string]string{}
+			for i := range 20 {
+				files[fmt.Sprintf("f%02d", i)] = strings.Repeat("x", i)
+			}
+			makeVersion(t, root, 0, 1, files, 1)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			n := 0
+			setHook(t, &testHookFile, func(string) {
+				if n++; n == 5 {
+					cancel()
+				}
+			})
+			opts := Options{Logger: quiet, PreviousGraceful: graceful}
+			_, _, err := Prepare(ctx, root, inst(0, 2), opts)
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("err = %v, want context.Canceled", err)
+			}
+			target := Dir(root, inst(0, 2))
+			if got := len(contents(t, target)); got == 0 || got >= len(files) {
+				t.Errorf("%d files done before cancellation, want some", got)
+			}
+			if exists(t, filepath.Join(target, MarkerName)) {
+				t.Fatal("marker written after cancellation")
+			}
+			testHookFile = nil
+			dir, res := mustPrepare(t, root, inst(0, 2), opts)
+			if !res.Redone {
+				t.Error("Redone = false")
+			}
+			equalMaps(t, contents(t, dir), files)
+		})
 	}
-	makeVersion(t, root, 0, 1, files, 1)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	n := 0
-	setHook(t, &testHookFile, func(string) {
-		if n++; n == 5 {
-			cancel()
-		}
-	})
-	_, _, err := Prepare(ctx, root, inst(0, 2), Options{Logger: quiet})
-	if !errors.Is(err, context.Canceled) {
-		t.Fatalf("err = %v, want context.Canceled", err)
-	}
-	target := Dir(root, inst(0, 2))
-	if got := len(contents(t, target)); got == 0 || got >= len(files) {
-		t.Errorf("%d files copied before cancellation, want some", got)
-	}
-	if exists(t, filepath.Join(target, MarkerName)) {
-		t.Fatal("marker written after cancellation")
-	}
-	testHookFile = nil
-	dir, res := mustPrepare(t, root, inst(0, 2), Options{})
-	if !res.Redone {
-		t.Error("Redone = false")
-	}
-	equalMaps(t, contents(t, dir), files)
 }
 
 func TestWorkers(t *testing.T) {
