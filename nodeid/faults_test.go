@@ -144,3 +144,19 @@ func TestProbeRefusesAnEndpointThatIgnoresPreconditions(t *testing.T) {
 		t.Fatalf("probe through a header-stripping proxy: %v, want ErrConditionalWritesNotEnforced", err)
 	}
 }
+
+// Tasks that start together all probe at once; none may fail for it.
+func TestProbeStorm(t *testing.T) {
+	forEachServer(t, func(t *testing.T, srv *s3test.Server) {
+		repo := newRepo(t, srv, "")
+		errs := make(chan error, 50)
+		for i := 0; i < 50; i++ {
+			go func() { errs <- repo.Probe(context.Background()) }()
+		}
+		for i := 0; i < 50; i++ {
+			if err := <-errs; err != nil {
+				t.Errorf("probe %d: %v", i, err)
+			}
+		}
+	})
+}

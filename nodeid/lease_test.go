@@ -121,7 +121,7 @@ func TestLeaseKeys(t *testing.T) {
 		}
 	}
 	for _, key := range []string{"p/012.json", "p/-1.json", "p/1.JSON", "p/x.json", "q/1.json", "p/sub/1.json",
-		"p/nodeid-probe.json", "p/1.json.bak", "p/.json", "p/+1.json", "p/99999999999.json"} {
+		"p/nodeid-probe.json", "p/nodeid-probe-3.json", "p/1.json.bak", "p/.json", "p/+1.json", "p/99999999999.json"} {
 		if id, ok := nodeid.ParseLeaseKey("p/", key); ok {
 			t.Errorf("ParseLeaseKey(%q) = %d, want not a lease key", key, id)
 		}

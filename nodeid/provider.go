@@ -349,13 +349,15 @@ func isNoSuchBucket(err error) bool {
 // trySpread is one pass of the default strategy: one List, then the
 // candidates it shows, starting at a task-specific ID.
 func (p *Provider) trySpread(ctx context.Context) (NodeInstance, bool, bool, error) {
-	listing, err := p.repo.List(ctx)
+	listing, err := p.list(ctx)
 	if err == nil && len(missingIDs(listing, p.cfg.ClusterSize)) > 0 {
 		// First start of the cluster, a scale-up, or a deleted object.
+		ictx, cancel := context.WithTimeout(ctx, time.Duration(p.cfg.ClusterSize+2)*p.cfg.RequestTimeout)
 		var wrote bool
-		wrote, err = initializeFrom(ctx, p.repo, listing, p.cfg.ClusterSize, p.cfg.TaskID, p.cfg.LeaseDuration)
+		wrote, err = initializeFrom(ictx, p.repo, listing, p.cfg.ClusterSize, p.cfg.TaskID, p.cfg.LeaseDuration)
+		cancel()
 		if err == nil && wrote {
-			listing, err = p.repo.List(ctx)
+			listing, err = p.list(ctx)
 		}
 	}
 	if err != nil {
@@ -369,16 +371,34 @@ func (p *Provider) trySpread(ctx context.Context) (NodeInstance, bool, bool, err
 	return inst, ok, stale, nil
 }
 
+// list and get bound one request made while acquiring: the repository may
+// have no timeout of its own, and a lost answer must not stall the task.
+// A listing may span pages, so it gets twice as long.
+func (p *Provider) list(ctx context.Context) (Listing, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*p.cfg.RequestTimeout)
+	defer cancel()
+	return p.repo.List(ctx)
+}
+
+func (p *Provider) get(ctx context.Context, id int) (Record, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
+	defer cancel()
+	return p.repo.Get(ctx, id)
+}
+
 // trySequential is one pass of the anchor's strategy, kept as a baseline for
 // benchmarks: IDs in order 0..N-1, a GET and, if free, a conditional PUT
 // each; the caller backs off exponentially (1 s doubling to 30 s) after a
 // full pass. Expiry is judged by the same safe rules as the default.
 func (p *Provider) trySequential(ctx context.Context) (NodeInstance, bool, error) {
-	if err := Initialize(ctx, p.repo, p.cfg.ClusterSize, p.cfg.TaskID, p.cfg.LeaseDuration); err != nil {
+	ictx, cancel := context.WithTimeout(ctx, time.Duration(p.cfg.ClusterSize+2)*p.cfg.RequestTimeout)
+	err := Initialize(ictx, p.repo, p.cfg.ClusterSize, p.cfg.TaskID, p.cfg.LeaseDuration)
+	cancel()
+	if err != nil {
 		return NodeInstance{}, false, err
 	}
 	for _, id := range p.allowedIDs() {
-		rec, err := p.repo.Get(ctx, id)
+		rec, err := p.get(ctx, id)
 		arrived := p.cfg.Clock.Now()
 		if err != nil {
 			if fatalStorageError(err) {
@@ -403,7 +423,7 @@ func (p *Provider) trySequential(ctx context.Context) (NodeInstance, bool, error
 // starting together a fresh listing is cheaper than a GET per stale slot.
 func (p *Provider) tryListing(ctx context.Context, listing Listing) (inst NodeInstance, ok, stale bool) {
 	for _, slot := range p.candidates(listing) {
-		rec, err := p.repo.Get(ctx, slot.ID)
+		rec, err := p.get(ctx, slot.ID)
 		arrived := p.cfg.Clock.Now()
 		if errors.Is(err, ErrCorruptLease) {
 			p.log.Warn("skipping corrupt lease object", "node_id", slot.ID, "etag", rec.ETag, "err", err)
@@ -508,7 +528,9 @@ func (p *Provider) take(ctx context.Context, rec Record, graceful bool) (NodeIns
 	p.stats.acquireAttempts.Add(1)
 	p.emit(Event{Kind: EventAcquireAttempt, Instance: inst})
 	sent := p.cfg.Clock.Now()
-	etag, err := p.repo.Write(ctx, lease, rec.ETag)
+	wctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
+	etag, err := p.repo.Write(wctx, lease, rec.ETag)
+	cancel()
 	if err != nil {
 		if errors.Is(err, ErrPreconditionFailed) || errors.Is(err, ErrConflict) || errors.Is(err, ErrNotFound) {
 			p.log.Debug("lost the race for a node id", "node_id", inst.ID, "err", err)
@@ -516,7 +538,7 @@ func (p *Provider) take(ctx context.Context, rec Record, graceful bool) (NodeIns
 		}
 		// No answer: the write may have landed. Look for our nonce; if we
 		// cannot tell, leave it: an unrenewed lease simply expires.
-		got, gerr := p.repo.Get(ctx, inst.ID)
+		got, gerr := p.get(ctx, inst.ID)
 		if gerr != nil || got.Lease.Nonce != lease.Nonce {
 			p.log.Warn("acquisition write failed", "node_id", inst.ID, "version", int64(inst.Version), "err", err)
 			return NodeInstance{}, false

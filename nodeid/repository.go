@@ -73,11 +73,13 @@ type Record struct {
 // idempotent and safe when many tasks run it at once: each create is
 // conditional (If-None-Match: *), and a 412 means another task made it.
 //
-// An object that is missing although peers know a version for its ID was
-// deleted from outside. Restarting it at version 0 would hand out versions
-// whose data directories exist already, so it is recreated with the highest
-// version any peer knows, as a held lease of an unknown holder: candidates
-// then wait a whole lease duration, as for a holder that crashed.
+// Only a fresh cluster (no object ever held) gets missing objects as
+// released leases that can be taken at once. Once the cluster has run, a
+// missing object was deleted from outside (or is new through a scale-up,
+// which cannot be told apart): its last holder may still be alive and
+// writing, so it is recreated as a held lease of an unknown holder, with the
+// highest version any peer knows. Candidates then wait a whole lease
+// duration, as after a crash, and no known version is handed out twice.
 func Initialize(ctx context.Context, repo Repository, size int, taskID string, leaseDuration time.Duration) error {
 	if size < 1 {
 		return fmt.Errorf("%w: cluster size %d, must be >= 1", ErrInvalidConfig, size)
@@ -99,9 +101,9 @@ func initializeFrom(ctx context.Context, repo Repository, listing Listing, size 
 	if len(missing) == 0 {
 		return false, nil
 	}
-	var known VersionMappings
+	known, fresh := VersionMappings{}, true
 	if len(listing.Slots) > 0 {
-		known = knownVersions(ctx, repo, listing)
+		known, fresh = knownVersions(ctx, repo, listing)
 	}
 	offset := int(taskHash(taskID) % uint32(size))
 	sort.Slice(missing, func(i, j int) bool {
@@ -112,10 +114,10 @@ func initializeFrom(ctx context.Context, repo Repository, listing Listing, size 
 		id := missing[0]
 		missing = missing[1:]
 		l := Lease{Instance: NodeInstance{ID: id}, Acquirable: true}
-		if v := known[id]; v > 0 {
+		if !fresh {
 			l = Lease{
 				TaskID:     "recreated-by:" + taskID,
-				Instance:   NodeInstance{ID: id, Version: v},
+				Instance:   NodeInstance{ID: id, Version: max(known[id], 1)},
 				Expires:    time.Now().Add(leaseDuration),
 				Duration:   leaseDuration,
 				Nonce:      newNonce(),
@@ -127,11 +129,11 @@ func initializeFrom(ctx context.Context, repo Repository, listing Listing, size 
 		case err == nil:
 			wrote = true
 		case errors.Is(err, ErrPreconditionFailed) || errors.Is(err, ErrConflict):
-			fresh, lerr := repo.List(ctx)
+			again, lerr := repo.List(ctx)
 			if lerr != nil {
 				return wrote, lerr
 			}
-			still := missingIDs(fresh, size)
+			still := missingIDs(again, size)
 			keep := missing[:0]
 			for _, m := range missing {
 				if slices.Contains(still, m) {
@@ -221,7 +223,8 @@ func ForceRelease(ctx context.Context, repo Repository, id int) (Version, error)
 		if lerr != nil {
 			return 0, lerr
 		}
-		v = knownVersions(ctx, repo, listing)[id]
+		known, _ := knownVersions(ctx, repo, listing)
+		v = known[id]
 	}
 	released := Lease{Instance: NodeInstance{ID: id, Version: v}, Acquirable: rec.Lease.Acquirable || errors.Is(err, ErrCorruptLease)}
 	if _, err := repo.Write(ctx, released, rec.ETag); err != nil {
@@ -245,11 +248,15 @@ func missingIDs(l Listing, size int) []int {
 }
 
 // knownVersions merges the versions that all readable leases know of, their
-// own included. Unreadable objects are skipped.
-func knownVersions(ctx context.Context, repo Repository, l Listing) VersionMappings {
-	known := VersionMappings{}
+// own included, and reports whether the cluster is fresh: every object
+// readable, released and at version 0, so no task ever held an ID.
+func knownVersions(ctx context.Context, repo Repository, l Listing) (known VersionMappings, fresh bool) {
+	known, fresh = VersionMappings{}, true
 	for _, s := range l.Slots {
 		rec, err := repo.Get(ctx, s.ID)
+		if err != nil || rec.Lease.Held() || rec.Lease.Instance.Version > 0 {
+			fresh = false
+		}
 		if err != nil {
 			continue
 		}
@@ -258,5 +265,5 @@ func knownVersions(ctx context.Context, repo Repository, l Listing) VersionMappi
 			known.Observe(id, v)
 		}
 	}
-	return known
+	return known, fresh
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	mathrand "math/rand/v2"
 	"net"
 	"net/http"
 	"sort"
@@ -30,9 +31,13 @@ import (
 // no earlier deadline.
 const DefaultRequestTimeout = 5 * time.Second
 
-// ProbeKeySuffix names the object the start-up probe writes beside the
-// leases. It is not a lease key (not a decimal ID), so List ignores it.
-const ProbeKeySuffix = "nodeid-probe.json"
+// ProbeKeyPrefix names the objects the start-up probe writes beside the
+// leases: <prefix>nodeid-probe-<0..15>.json. They are not lease keys (not a
+// decimal ID), so List ignores them. Each probe picks one of 16 at random,
+// so tasks starting together rarely contend for one.
+const ProbeKeyPrefix = "nodeid-probe-"
+
+const probeKeys = 16
 
 // S3Config selects an S3 endpoint and credentials. Empty fields fall back to
 // the standard AWS chain: AWS_REGION, AWS_ENDPOINT_URL_S3 (or
@@ -249,7 +254,7 @@ func (r *S3Repository) put(ctx context.Context, op, key string, body []byte, met
 // ErrConditionalWritesNotEnforced. Probe objects are left in place (deleting
 // them would need a permission the leases do not).
 func (r *S3Repository) Probe(ctx context.Context) error {
-	key := r.prefix + ProbeKeySuffix
+	key := fmt.Sprintf("%s%s%d.json", r.prefix, ProbeKeyPrefix, mathrand.IntN(probeKeys))
 	body := func() []byte { return []byte(fmt.Sprintf(`{"probe":%q}`, newNonce())) }
 	meta := map[string]string{"purpose": "nodeid conditional-write probe"}
 
@@ -272,8 +277,15 @@ func (r *S3Repository) Probe(ctx context.Context) error {
 		return fmt.Errorf("probe: %w", err)
 	}
 	// The right ETag must be accepted. Another prober may write in between;
-	// read again and retry a few times.
-	for attempt := 0; attempt < 5; attempt++ {
+	// read again and retry after a random pause.
+	for attempt := 0; attempt < 10; attempt++ {
+		if attempt > 0 {
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("probe: %w", ctx.Err())
+			case <-time.After(time.Duration(mathrand.Int64N(int64(100*time.Millisecond) << min(attempt, 4)))):
+			}
+		}
 		if etag == "" || attempt > 0 {
 			cctx, cancel := context.WithTimeout(ctx, r.timeout)
 			head, herr := r.client.HeadObject(cctx, &s3.HeadObjectInput{Bucket: &r.bucket, Key: &key}, r.count)
@@ -291,7 +303,7 @@ func (r *S3Repository) Probe(ctx context.Context) error {
 			return fmt.Errorf("probe: %w", err)
 		}
 	}
-	return fmt.Errorf("probe: PutObject with If-Match of the current ETag of %s was refused 5 times", key)
+	return fmt.Errorf("probe: PutObject with If-Match of the current ETag of %s was refused 10 times", key)
 }
 
 // count is a per-operation option that counts every HTTP request sent.
