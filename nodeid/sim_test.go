@@ -247,7 +247,9 @@ func (w *simWorld) route(now time.Time) {
 			w.log(label + " dropped")
 			continue
 		case fate < 20 && req.op >= opCreate: // refused before it is applied
-			w.schedule(at, label, func() { w.deliver(req, simReply{err: &StorageError{Op: req.op.String(), Status: 503, Code: "SlowDown", Kind: ErrSlowDown}}, label) })
+			w.schedule(at, label, func() {
+				w.deliver(req, simReply{err: &StorageError{Op: req.op.String(), Status: 503, Code: "SlowDown", Kind: ErrSlowDown}}, label)
+			})
 			continue
 		case fate < 25 && req.op >= opCreate:
 			w.schedule(at, label, func() {
