@@ -267,7 +267,7 @@ func stormAll(ctx context.Context, g *gateway, o options, r *report) error {
 					}
 					res, err := runStorm(ctx, g, s, n, cold, o.stormTimeout)
 					if err != nil {
-						return fmt.Errorf("N=%d %s cold=%t: %w", n, s, cold, err)
+						return fmt.Errorf("storm of %d, %s, cold=%t: %w", n, s, cold, err)
 					}
 					k := stormKey{n, cold, s}
 					r.storm[k] = append(r.storm[k], res)

@@ -371,7 +371,9 @@ func (r *report) idleSection(b *strings.Builder) {
 		}
 		measuredCost += s.Median * hoursMonth / 1000 * price
 	}
-	w("\nExpected: one renewal PUT every R; every L one LIST and one GET per live peer (%d here).\n\n", k-1)
+	w("\nExpected: one renewal PUT every R; every L one LIST and one GET per live peer (%d here). A window of %v\n", k-1, r.idle[0].Window.Round(time.Second))
+	w("holds a whole number of refreshes (every L, jittered ±20 %%), so the measured LIST and GET rates move in\n")
+	w("steps of %s per hour; the price table below uses the expected rates.\n\n", bench.Format(3600/r.idle[0].Window.Seconds(), 0))
 	w("List price per node and month (%d h, us-east-1: PUT/LIST $%.3f, GET $%.4f per 1,000):\n\n", hoursMonth, pricePUT, priceGET)
 	w("| cluster size | PUT | LIST | GET | total |\n| ---: | ---: | ---: | ---: | ---: |\n")
 	for _, n := range []int{1, 3, 5, 10} {
