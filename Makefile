@@ -5,7 +5,7 @@ GOBIN := $(shell $(GO) env GOPATH)/bin
 VERSITYGW_VERSION := v1.8.0
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build demo test test-short lint versitygw bench bench-datadir chaos clean
+.PHONY: all build demo test test-short lint versitygw bench bench-datadir chaos clean sim fuzz
 
 all: build test
 
@@ -55,6 +55,20 @@ bench-datadir:
 ## (about 70 s); prints a table and writes docs/chaos-report.md (see docs/chaos.md)
 chaos: versitygw
 	$(GO) run ./chaos/cmd/chaos -all
+
+## sim: the deterministic simulation over many seeds, e.g. make sim SEEDS=100000;
+## prints schedules explored and simulated steps per second
+SEEDS ?= 2000
+sim:
+	SIM_SEEDS=$(SEEDS) $(GO) test ./nodeid -run '^TestSimulationSweep$$' -count=1 -timeout 0 -v | grep -E 'simulation:|FAIL|ok|seed'
+
+## fuzz: each fuzz target for FUZZTIME (default 15s)
+FUZZTIME ?= 15s
+fuzz:
+	@for t in FuzzDecodeLease FuzzParseLeaseKey FuzzVersionMappings; do \
+		echo "== nodeid $$t"; $(GO) test ./nodeid -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) || exit 1; done
+	@for t in FuzzParseIDList FuzzSettings; do \
+		echo "== nodeid-init $$t"; $(GO) test ./cmd/nodeid-init -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) || exit 1; done
 
 clean:
 	rm -rf bin
