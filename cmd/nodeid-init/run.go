@@ -151,6 +151,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			killTimer = nil
 		case werr := <-exited:
 			if lerr := p.Err(); errors.Is(lerr, nodeid.ErrLeaseLost) {
+				// The broker saw the loss in the lease file and stopped just
+				// before our SIGKILL reached it.
+				sess.log.Error("command killed: lease lost", "node_id", inst.ID, "version", int64(inst.Version), "err", lerr)
 				return &codeError{code: exitLeaseLost, err: lerr}
 			}
 			release()
