@@ -779,7 +779,11 @@ func (p *Provider) lose(reason string, cause error) {
 	p.err = err
 	close(p.done)
 	p.mu.Unlock()
-	p.log.Error("lease lost", "node_id", err.Instance.ID, "version", int64(err.Instance.Version), "reason", reason, "err", cause)
+	attrs := []any{"node_id", err.Instance.ID, "version", int64(err.Instance.Version), "reason", reason}
+	if cause != nil {
+		attrs = append(attrs, "err", cause)
+	}
+	p.log.Error("lease lost", attrs...)
 	p.emit(Event{Kind: EventLost, Instance: err.Instance, Err: err, SelfFence: reason == reasonSelfFence})
 	p.cfg.OnLost(err)
 }
