@@ -5,7 +5,7 @@ GOBIN := $(shell $(GO) env GOPATH)/bin
 VERSITYGW_VERSION := v1.8.0
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build demo test test-short lint versitygw bench bench-datadir chaos clean sim fuzz
+.PHONY: all build demo test test-short lint versitygw bench bench-datadir chaos clean sim fuzz docs-check
 
 all: build test
 
@@ -69,6 +69,11 @@ fuzz:
 		echo "== nodeid $$t"; $(GO) test ./nodeid -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) || exit 1; done
 	@for t in FuzzParseIDList FuzzSettings; do \
 		echo "== nodeid-init $$t"; $(GO) test ./cmd/nodeid-init -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) || exit 1; done
+
+## docs-check: every NODEID_ variable, nodeid-init command line, make target and
+## path in README.md and docs/ exists (also part of make test)
+docs-check:
+	$(GO) test ./cmd/nodeid-init -run '^TestDocsMatchTheCode$$' -count=1 -v | grep -E 'checked|FAIL|ok'
 
 clean:
 	rm -rf bin
