@@ -50,7 +50,6 @@ type settings struct {
 	skipProbe        bool
 	// status, release
 	json, watch, force bool
-	node               int
 }
 
 // option is one setting: its flag, its variable and how to parse it.

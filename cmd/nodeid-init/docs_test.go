@@ -40,7 +40,7 @@ func TestDocsMatchTheCode(t *testing.T) {
 	varRe := regexp.MustCompile(`NODEID_[A-Z0-9_]+`)
 	cmdRe := regexp.MustCompile(`(?:^|[\s$(])nodeid-init ([a-z]+)((?: +--?[a-z][a-z0-9-]*(?:[ =][^ -][^ ]*)?)*)`)
 	flagRe := regexp.MustCompile(`--?([a-z][a-z0-9-]*)`)
-	makeRe := regexp.MustCompile("(?m)^\\s*make ([a-z][a-z0-9-]*)")
+	makeRe := regexp.MustCompile(`(?m)^\s*make ([a-z][a-z0-9-]*)`)
 	pathRe := regexp.MustCompile(`(?m)^\s*(?:go run|go test|bash) (\./[^ ]+|scripts/[^ ]+)`)
 	checked := 0
 	for _, f := range files {
