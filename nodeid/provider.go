@@ -352,11 +352,12 @@ func (p *Provider) trySpread(ctx context.Context) (NodeInstance, bool, bool, err
 	listing, err := p.list(ctx)
 	if err == nil && len(missingIDs(listing, p.cfg.ClusterSize)) > 0 {
 		// First start of the cluster, a scale-up, or a deleted object.
+		// Then list again: whether we or others created the objects, the
+		// listing we hold lacks them.
 		ictx, cancel := context.WithTimeout(ctx, time.Duration(p.cfg.ClusterSize+2)*p.cfg.RequestTimeout)
-		var wrote bool
-		wrote, err = initializeFrom(ictx, p.repo, listing, p.cfg.ClusterSize, p.cfg.TaskID, p.cfg.LeaseDuration)
+		_, err = initializeFrom(ictx, p.repo, listing, p.cfg.ClusterSize, p.cfg.TaskID, p.cfg.LeaseDuration)
 		cancel()
-		if err == nil && wrote {
+		if err == nil {
 			listing, err = p.list(ctx)
 		}
 	}
