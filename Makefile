@@ -60,7 +60,7 @@ chaos: versitygw
 ## prints schedules explored and simulated steps per second
 SEEDS ?= 2000
 sim:
-	SIM_SEEDS=$(SEEDS) $(GO) test ./nodeid -run '^TestSimulationSweep$$' -count=1 -timeout 0 -v | grep -E 'simulation:|FAIL|ok|seed'
+	set -o pipefail; SIM_SEEDS=$(SEEDS) $(GO) test ./nodeid -run '^TestSimulationSweep$$' -count=1 -timeout 0 -v | grep -E 'simulation:|FAIL|ok|seed'
 
 ## fuzz: each fuzz target for FUZZTIME (default 15s)
 FUZZTIME ?= 15s
@@ -73,7 +73,7 @@ fuzz:
 ## docs-check: every NODEID_ variable, nodeid-init command line, make target and
 ## path in README.md and docs/ exists (also part of make test)
 docs-check:
-	$(GO) test ./cmd/nodeid-init -run '^TestDocsMatchTheCode$$' -count=1 -v | grep -E 'checked|FAIL|ok'
+	set -o pipefail; $(GO) test ./cmd/nodeid-init -run '^TestDocsMatchTheCode$$' -count=1 -v | grep -E 'checked|FAIL|ok'
 
 clean:
 	rm -rf bin
