@@ -1,38 +1,22 @@
 package s3test
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
-	"time"
+
+	"github.com/nodeid/nodeid/internal/versitygw"
 )
-
-// VersityEnv names the environment variable that points at a versitygw
-// binary, overriding the search of $PATH and $(go env GOPATH)/bin.
-const VersityEnv = "NODEID_VERSITYGW"
-
-// VersityInstall is the command that installs the version of VersityGW the
-// tests were written against.
-const VersityInstall = "go install github.com/versity/versitygw/cmd/versitygw@v1.8.0"
-
-// versityStartTimeout bounds how long the gateway may take to answer.
-const versityStartTimeout = 20 * time.Second
 
 // shared is the package-wide gateway started lazily by StartVersity when
 // the test binary runs under VersityMain.
 var shared struct {
 	sync.Mutex
 	enabled bool
-	gw      *versityProc
+	gw      *versitygw.Gateway
 	err     error // sticky start error, reported to every test
 	skip    string
 }
@@ -55,8 +39,8 @@ func VersityMain(m *testing.M) {
 
 	shared.Lock()
 	if shared.gw != nil {
-		shared.gw.stop()
-		os.RemoveAll(shared.gw.dir)
+		shared.gw.Stop()
+		os.RemoveAll(shared.gw.Dir)
 		shared.gw = nil
 	}
 	shared.Unlock()
@@ -73,7 +57,7 @@ func VersityMain(m *testing.M) {
 // under CI, so there it fails instead.
 func StartVersity(t testing.TB) *Server {
 	t.Helper()
-	var gw *versityProc
+	var gw *versitygw.Gateway
 	shared.Lock()
 	enabled := shared.enabled
 	if enabled {
@@ -90,7 +74,7 @@ func StartVersity(t testing.TB) *Server {
 					shared.err = err
 					break
 				}
-				shared.gw, shared.err = startVersityProc(bin, dir)
+				shared.gw, shared.err = versitygw.Start(bin, dir)
 				if shared.err != nil {
 					os.RemoveAll(dir)
 				}
@@ -114,27 +98,27 @@ func StartVersity(t testing.TB) *Server {
 		if skip != "" {
 			t.Skip(skip)
 		}
-		gw, err = startVersityProc(bin, t.TempDir())
+		gw, err = versitygw.Start(bin, t.TempDir())
 		if err != nil {
 			t.Fatalf("s3test: %v", err)
 		}
-		t.Cleanup(gw.stop)
+		t.Cleanup(gw.Stop)
 	}
 
 	// Show what the gateway logged when a test fails: its errors are often
 	// the only explanation of an unexpected answer.
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("versitygw log (%s), last lines:\n%s", gw.logPath, tailFile(gw.logPath, 40))
+			t.Logf("versitygw log (%s), last lines:\n%s", gw.LogPath, gw.Tail(40))
 		}
 	})
 
 	s := &Server{
 		Kind:      KindVersity,
-		URL:       gw.url,
-		AccessKey: accessKey,
-		SecretKey: secretKey,
-		Region:    region,
+		URL:       gw.URL,
+		AccessKey: versitygw.AccessKey,
+		SecretKey: versitygw.SecretKey,
+		Region:    versitygw.Region,
 	}
 	s.Bucket = s.NewBucket(t)
 	return s
@@ -144,28 +128,16 @@ func StartVersity(t testing.TB) *Server {
 // or an error when the binary is required (CI) or explicitly configured but
 // unusable.
 func findVersity() (bin, skip string, err error) {
-	if p := os.Getenv(VersityEnv); p != "" {
-		if _, err := exec.LookPath(p); err != nil {
-			return "", "", fmt.Errorf("%s=%s is not an executable: %v", VersityEnv, p, err)
-		}
-		return p, "", nil
+	bin, err = versitygw.Find()
+	switch {
+	case err == nil:
+		return bin, "", nil
+	case !errors.Is(err, versitygw.ErrNotInstalled):
+		return "", "", err
+	case inCI():
+		return "", "", fmt.Errorf("%v (CI is set, so integration tests may not be skipped)", err)
 	}
-	if p, err := exec.LookPath("versitygw"); err == nil {
-		return p, "", nil
-	}
-	if out, err := exec.Command("go", "env", "GOPATH").Output(); err == nil {
-		for _, dir := range filepath.SplitList(strings.TrimSpace(string(out))) {
-			p := filepath.Join(dir, "bin", "versitygw")
-			if _, err := exec.LookPath(p); err == nil {
-				return p, "", nil
-			}
-		}
-	}
-	msg := fmt.Sprintf("versitygw not found in $PATH, $(go env GOPATH)/bin or $%s; install it with: %s", VersityEnv, VersityInstall)
-	if inCI() {
-		return "", "", errors.New(msg + " (CI is set, so integration tests may not be skipped)")
-	}
-	return "", msg, nil
+	return "", err.Error(), nil
 }
 
 // inCI reports whether the CI environment variable asks for mandatory
@@ -177,144 +149,4 @@ func inCI() bool {
 		return false
 	}
 	return true
-}
-
-// versityProc is a running versitygw process.
-type versityProc struct {
-	cmd     *exec.Cmd
-	url     string
-	dir     string
-	logPath string
-	exited  chan struct{} // closed when the process has exited
-	logFile *os.File
-}
-
-// startVersityProc starts bin with a posix backend under dir/root and waits
-// until it answers HTTP. The port is chosen by binding port 0 and releasing
-// it, which can race with other processes, so a start whose process exits
-// early is retried on another port.
-func startVersityProc(bin, dir string) (*versityProc, error) {
-	var err error
-	for attempt := 0; attempt < 3; attempt++ {
-		var p *versityProc
-		p, err = startVersityOnce(bin, dir, attempt)
-		if err == nil {
-			return p, nil
-		}
-	}
-	return nil, err
-}
-
-func startVersityOnce(bin, dir string, attempt int) (*versityProc, error) {
-	root := filepath.Join(dir, "root")
-	if err := os.MkdirAll(root, 0o755); err != nil {
-		return nil, err
-	}
-	addr, err := freeLoopbackAddr()
-	if err != nil {
-		return nil, err
-	}
-	logPath := filepath.Join(dir, fmt.Sprintf("versitygw-%d.log", attempt))
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(bin, "--port", addr, "posix", root)
-	// Credentials go through the environment rather than flags so they do
-	// not show up in process listings. VGW_* variables from the caller's
-	// environment could change the gateway's behaviour; drop them.
-	env := []string{"ROOT_ACCESS_KEY=" + accessKey, "ROOT_SECRET_KEY=" + secretKey}
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "VGW_") && !strings.HasPrefix(kv, "ROOT_") {
-			env = append(env, kv)
-		}
-	}
-	cmd.Env = env
-	cmd.Stdout = logFile
-	cmd.Stderr = logFile
-	if err := cmd.Start(); err != nil {
-		logFile.Close()
-		return nil, fmt.Errorf("start %s: %v", bin, err)
-	}
-	p := &versityProc{
-		cmd:     cmd,
-		url:     "http://" + addr,
-		dir:     dir,
-		logPath: logPath,
-		exited:  make(chan struct{}),
-		logFile: logFile,
-	}
-	go func() {
-		cmd.Wait()
-		close(p.exited)
-	}()
-	if err := p.waitReady(); err != nil {
-		p.stop()
-		return nil, fmt.Errorf("versitygw on %s: %v; log %s, last lines:\n%s", addr, err, logPath, tailFile(logPath, 40))
-	}
-	return p, nil
-}
-
-// waitReady polls until the gateway answers any HTTP response: an
-// unauthenticated request gets 403, which proves the S3 front end is up.
-func (p *versityProc) waitReady() error {
-	client := &http.Client{Timeout: time.Second}
-	deadline := time.Now().Add(versityStartTimeout)
-	for delay := 5 * time.Millisecond; ; delay = min(2*delay, 200*time.Millisecond) {
-		resp, err := client.Get(p.url + "/")
-		if err == nil {
-			resp.Body.Close()
-			return nil
-		}
-		select {
-		case <-p.exited:
-			return fmt.Errorf("exited early: %v", p.cmd.ProcessState)
-		case <-time.After(delay):
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not answering after %v: %v", versityStartTimeout, err)
-		}
-	}
-}
-
-// stop terminates the gateway, first politely so it can finish writes.
-func (p *versityProc) stop() {
-	select {
-	case <-p.exited:
-	default:
-		p.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.exited:
-		case <-time.After(5 * time.Second):
-			p.cmd.Process.Kill()
-			<-p.exited
-		}
-	}
-	p.logFile.Close()
-}
-
-func freeLoopbackAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
-
-// tailFile returns the last n lines of the file at path.
-func tailFile(path string, n int) string {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Sprintf("(cannot read log: %v)", err)
-	}
-	data = bytes.TrimRight(data, "\n")
-	if len(data) == 0 {
-		return "(empty)"
-	}
-	lines := bytes.Split(data, []byte("\n"))
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return string(bytes.Join(lines, []byte("\n")))
 }
