@@ -122,6 +122,9 @@ func startOnce(bin, dir string, attempt int) (*Gateway, error) {
 	}
 	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = logFile, logFile
+	// The gateway must not outlive its parent on a shared machine (best
+	// effort: the signal is tied to the thread that forked).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		logFile.Close()
 		return nil, fmt.Errorf("start %s: %w", bin, err)

@@ -3,106 +3,45 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
+	"github.com/nodeid/nodeid/internal/versitygw"
 	"github.com/nodeid/nodeid/nodeid"
 )
 
 // Credentials of the loopback gateway; it exists only for this run.
 const (
-	accessKey = "k"
-	secretKey = "s"
-	region    = "us-east-1"
+	accessKey = versitygw.AccessKey
+	secretKey = versitygw.SecretKey
+	region    = versitygw.Region
 )
 
 // gateway is a VersityGW process (posix backend) on a loopback port.
 type gateway struct {
-	URL     string
-	cmd     *exec.Cmd
-	exited  chan struct{}
-	logPath string
+	*versitygw.Gateway
 	client  *s3.Client // admin client: buckets and outside writes
 	buckets atomic.Int64
 }
 
 // findVersity looks where `make versitygw` installs the gateway.
-func findVersity() (string, error) {
-	if p := os.Getenv("NODEID_VERSITYGW"); p != "" {
-		return p, nil
-	}
-	if p, err := exec.LookPath("versitygw"); err == nil {
-		return p, nil
-	}
-	if out, err := exec.Command("go", "env", "GOPATH").Output(); err == nil {
-		for _, dir := range filepath.SplitList(strings.TrimSpace(string(out))) {
-			p := filepath.Join(dir, "bin", "versitygw")
-			if _, err := os.Stat(p); err == nil {
-				return p, nil
-			}
-		}
-	}
-	return "", fmt.Errorf("versitygw not found in $PATH or $(go env GOPATH)/bin; run make versitygw")
-}
+func findVersity() (string, error) { return versitygw.Find() }
 
 // startGateway starts versitygw with its data under dir and waits until it
 // answers HTTP.
 func startGateway(ctx context.Context, bin, dir string) (*gateway, error) {
-	root := filepath.Join(dir, "gw-root")
-	if err := os.MkdirAll(root, 0o755); err != nil {
-		return nil, err
-	}
-	addr, err := freeAddr()
+	gw, err := versitygw.Start(bin, dir)
 	if err != nil {
 		return nil, err
 	}
-	g := &gateway{URL: "http://" + addr, exited: make(chan struct{}), logPath: filepath.Join(dir, "versitygw.log")}
-	logf, err := os.Create(g.logPath)
-	if err != nil {
-		return nil, err
-	}
-	g.cmd = exec.Command(bin, "--port", addr, "posix", root)
-	g.cmd.Env = append(cleanEnv(), "ROOT_ACCESS_KEY="+accessKey, "ROOT_SECRET_KEY="+secretKey)
-	g.cmd.Stdout, g.cmd.Stderr = logf, logf
-	// The gateway must not outlive the benchmark on a shared machine.
-	g.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := g.cmd.Start(); err != nil {
-		logf.Close()
-		return nil, fmt.Errorf("start versitygw: %w", err)
-	}
-	go func() { g.cmd.Wait(); logf.Close(); close(g.exited) }()
-
-	hc := &http.Client{Timeout: time.Second}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		resp, err := hc.Get(g.URL + "/")
-		if err == nil {
-			resp.Body.Close()
-			break
-		}
-		select {
-		case <-g.exited:
-			return nil, fmt.Errorf("versitygw exited early; see %s", g.logPath)
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			g.stop()
-			return nil, fmt.Errorf("versitygw not answering on %s: %v", addr, err)
-		}
-	}
-	g.client, err = g.newClient(ctx, g.URL)
-	if err != nil {
-		g.stop()
+	g := &gateway{Gateway: gw}
+	if g.client, err = g.newClient(ctx, g.URL); err != nil {
+		gw.Stop()
 		return nil, err
 	}
 	return g, nil
@@ -127,29 +66,7 @@ func (g *gateway) newBucket(ctx context.Context, what string) (string, error) {
 	return name, nil
 }
 
-func (g *gateway) stop() {
-	select {
-	case <-g.exited:
-		return
-	default:
-	}
-	g.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-g.exited:
-	case <-time.After(5 * time.Second):
-		g.cmd.Process.Kill()
-		<-g.exited
-	}
-}
-
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
+func (g *gateway) stop() { g.Stop() }
 
 // cleanEnv is the caller's environment without anything that would point
 // the gateway or nodeid-init elsewhere (AWS profiles, endpoints, VGW_*,
