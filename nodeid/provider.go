@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -350,14 +351,14 @@ func isNoSuchBucket(err error) bool {
 // candidates it shows, starting at a task-specific ID.
 func (p *Provider) trySpread(ctx context.Context) (NodeInstance, bool, bool, error) {
 	listing, err := p.list(ctx)
+	var created []Record
 	if err == nil && len(missingIDs(listing, p.cfg.ClusterSize)) > 0 {
 		// First start of the cluster, a scale-up, or a deleted object.
-		// Then list again: whether we or others created the objects, the
-		// listing we hold lacks them.
 		ictx, cancel := context.WithTimeout(ctx, time.Duration(p.cfg.ClusterSize+2)*p.cfg.RequestTimeout)
-		_, err = initializeFrom(ictx, p.repo, listing, p.cfg.ClusterSize, p.cfg.TaskID, p.cfg.LeaseDuration)
+		listing, created, err = initializeFrom(ictx, p.repo, listing, p.cfg.ClusterSize, p.cfg.TaskID, p.cfg.LeaseDuration)
 		cancel()
-		if err == nil {
+		if err == nil && len(created) == 0 {
+			// Others created the objects: the listing we hold may lack them.
 			listing, err = p.list(ctx)
 		}
 	}
@@ -366,9 +367,12 @@ func (p *Provider) trySpread(ctx context.Context) (NodeInstance, bool, bool, err
 	}
 	arrived := p.cfg.Clock.Now()
 	for _, s := range listing.Slots {
+		if s.LastModified.IsZero() {
+			continue // created by us just now: only its ETag is known
+		}
 		p.seen.see(s.ID, s.ETag, arrived)
 	}
-	inst, ok, stale := p.tryListing(ctx, listing)
+	inst, ok, stale := p.tryListing(ctx, listing, created)
 	return inst, ok, stale, nil
 }
 
@@ -422,9 +426,19 @@ func (p *Provider) trySequential(ctx context.Context) (NodeInstance, bool, error
 // reports the listing stale when another task took a slot since the listing
 // (a GET shows a new holder, or our PUT lost the race): with many tasks
 // starting together a fresh listing is cheaper than a GET per stale slot.
-func (p *Provider) tryListing(ctx context.Context, listing Listing) (inst NodeInstance, ok, stale bool) {
+//
+// Objects this task has just created (fresh, released, version 0) are not
+// read back: their content and ETag are known, and the conditional PUT
+// fails harmlessly if they changed meanwhile.
+func (p *Provider) tryListing(ctx context.Context, listing Listing, created []Record) (inst NodeInstance, ok, stale bool) {
 	for _, slot := range p.candidates(listing) {
-		rec, err := p.get(ctx, slot.ID)
+		var rec Record
+		var err error
+		if i := slices.IndexFunc(created, func(r Record) bool { return r.ID == slot.ID && r.ETag == slot.ETag }); i >= 0 && !created[i].Lease.Held() {
+			rec = created[i]
+		} else {
+			rec, err = p.get(ctx, slot.ID)
+		}
 		arrived := p.cfg.Clock.Now()
 		if errors.Is(err, ErrCorruptLease) {
 			p.log.Warn("skipping corrupt lease object", "node_id", slot.ID, "etag", rec.ETag, "err", err)

@@ -88,18 +88,20 @@ func Initialize(ctx context.Context, repo Repository, size int, taskID string, l
 	if err != nil {
 		return err
 	}
-	_, err = initializeFrom(ctx, repo, listing, size, taskID, leaseDuration)
+	_, _, err = initializeFrom(ctx, repo, listing, size, taskID, leaseDuration)
 	return err
 }
 
-// initializeFrom creates what listing lacks of 0..size-1 and reports whether
-// it wrote anything. Each task starts at its own offset; when a create finds
-// the object made by someone else, it lists again, so tasks that bootstrap
-// together share the work instead of each trying every ID.
-func initializeFrom(ctx context.Context, repo Repository, listing Listing, size int, taskID string, leaseDuration time.Duration) (bool, error) {
+// initializeFrom creates what listing lacks of 0..size-1. Each task starts
+// at its own offset; when a create finds the object made by someone else, it
+// lists again, so tasks that bootstrap together share the work instead of
+// each trying every ID. It returns the freshest listing it has, with the
+// objects it created added, and those objects as records: their content is
+// known, so an acquisition need not read them back.
+func initializeFrom(ctx context.Context, repo Repository, listing Listing, size int, taskID string, leaseDuration time.Duration) (Listing, []Record, error) {
 	missing := missingIDs(listing, size)
 	if len(missing) == 0 {
-		return false, nil
+		return listing, nil, nil
 	}
 	known, fresh := VersionMappings{}, true
 	if len(listing.Slots) > 0 {
@@ -109,7 +111,7 @@ func initializeFrom(ctx context.Context, repo Repository, listing Listing, size 
 	sort.Slice(missing, func(i, j int) bool {
 		return (missing[i]-offset+size)%size < (missing[j]-offset+size)%size
 	})
-	wrote := false
+	var created []Record
 	for len(missing) > 0 {
 		id := missing[0]
 		missing = missing[1:]
@@ -124,15 +126,19 @@ func initializeFrom(ctx context.Context, repo Repository, listing Listing, size 
 				Acquirable: true,
 			}
 		}
-		_, err := repo.Create(ctx, l)
+		etag, err := repo.Create(ctx, l)
 		switch {
 		case err == nil:
-			wrote = true
+			body, _ := l.Encode()
+			rec := Record{Slot: Slot{ID: id, ETag: etag, Size: int64(len(body))}, Lease: l}
+			created = append(created, rec)
+			listing.Slots = append(listing.Slots, rec.Slot)
 		case errors.Is(err, ErrPreconditionFailed) || errors.Is(err, ErrConflict):
 			again, lerr := repo.List(ctx)
 			if lerr != nil {
-				return wrote, lerr
+				return listing, created, lerr
 			}
+			listing = again
 			still := missingIDs(again, size)
 			keep := missing[:0]
 			for _, m := range missing {
@@ -142,10 +148,14 @@ func initializeFrom(ctx context.Context, repo Repository, listing Listing, size 
 			}
 			missing = keep
 		default:
-			return wrote, fmt.Errorf("initialize node %d: %w", id, err)
+			return listing, created, fmt.Errorf("initialize node %d: %w", id, err)
 		}
 	}
-	return wrote, nil
+	// Objects we created after our last listing are in it already; keep
+	// the slots in ID order, without duplicates.
+	sort.SliceStable(listing.Slots, func(i, j int) bool { return listing.Slots[i].ID < listing.Slots[j].ID })
+	listing.Slots = slices.CompactFunc(listing.Slots, func(a, b Slot) bool { return a.ID == b.ID })
+	return listing, created, nil
 }
 
 func taskHash(taskID string) uint32 {
