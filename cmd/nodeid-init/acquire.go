@@ -65,9 +65,7 @@ func cmdAcquire(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	dataDir, err := sess.prepareDataDir(ctx, inst)
 	if err != nil {
 		if !errors.Is(err, nodeid.ErrLeaseLost) {
-			cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			_ = p.Close(cctx)
+			sess.giveBack(false)
 		}
 		return err
 	}

@@ -591,3 +591,39 @@ func TestABrokerIgnoringSigtermIsKilledAfterTheStopTimeout(t *testing.T) {
 		t.Fatalf("lease not released after the broker was killed: %+v %v", rec.Lease, err)
 	}
 }
+
+// A data directory that cannot be prepared after an ungraceful takeover must
+// not be vouched for: the lease is left to expire, not released, so the
+// successor copies instead of hard-linking a stale holder's files.
+func TestFailedPreparationAfterATakeoverLeavesTheLeaseToExpire(t *testing.T) {
+	c := newCluster(t, s3test.StartVersity(t), 1)
+	repo := c.repo()
+	ctx := context.Background()
+	if err := nodeid.Initialize(ctx, repo, 1, "setup", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	rec, _ := repo.Get(ctx, 0)
+	dead := nodeid.Lease{TaskID: "dead", Instance: nodeid.NodeInstance{ID: 0, Version: 1}, Duration: time.Second, Nonce: "n", Acquirable: true}
+	if _, err := repo.Write(ctx, dead, rec.ETag); err != nil {
+		t.Fatal(err)
+	}
+	// v2 already initialized: the task that takes v2 cannot prepare it.
+	v2 := filepath.Join(c.root, "node-0", "v2")
+	if err := os.MkdirAll(v2, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(v2, "directory-initialized.json"), []byte(`{"initializedAt":"2026-11-30T00:00:00Z","version":2,"initializedFrom":null}`), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	tk := c.runTask("unlucky")
+	if code := tk.wait(t, 20*time.Second); code != 1 {
+		t.Fatalf("exit code %d, want 1 (prepare failed):\n%s", code, tk.out.String())
+	}
+	got, err := repo.Get(ctx, 0)
+	if err != nil || !got.Lease.Held() || got.Lease.TaskID != "unlucky" || got.Lease.Instance.Version != 2 {
+		t.Fatalf("lease after a failed preparation: %+v %v; want it still held by unlucky v2, to expire", got.Lease, err)
+	}
+	if !strings.Contains(tk.out.String(), "version already initialized") {
+		t.Errorf("no reason given:\n%s", tk.out.String())
+	}
+}

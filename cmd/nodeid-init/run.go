@@ -84,14 +84,14 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if errors.Is(err, nodeid.ErrLeaseLost) {
 			return err
 		}
-		release()
+		sess.giveBack(false)
 		if isClosed(stopping) {
 			return nil
 		}
 		return err
 	}
 	if isClosed(stopping) {
-		release()
+		sess.giveBack(true)
 		return nil
 	}
 	cancelAcq() // the acquisition-time signal watcher ends here

@@ -183,6 +183,28 @@ func sourceVersion(r datadir.Result) any {
 	return int64(r.Source)
 }
 
+// giveBack ends a tenure whose broker never ran. A release tells the
+// successor that nobody writes the newest data directory any more, so it may
+// hard-link it: true when ours was prepared (a copy nobody writes), or when
+// our predecessor had released its lease. Otherwise the newest directory may
+// still belong to a stale holder, and the lease is left to expire instead, so
+// the successor copies rather than links.
+func (sess *session) giveBack(prepared bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	p := sess.provider
+	if prepared || sess.s.dataRoot == "" || p.PreviousGracefullyShutdown() {
+		if err := p.Close(ctx); err != nil {
+			sess.log.Warn("release failed; the lease will expire", "err", err)
+		}
+		return
+	}
+	if _, err := p.HandOff(ctx); err == nil {
+		sess.log.Warn("lease left to expire: the previous holder did not release it and no new data directory was prepared",
+			"node_id", p.Instance().ID, "version", int64(p.Instance().Version))
+	}
+}
+
 // nodeEnv is the environment that tells a broker who it is.
 func (sess *session) nodeEnv(inst nodeid.NodeInstance, dataDir string) []string {
 	env := []string{
