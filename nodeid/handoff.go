@@ -16,6 +16,7 @@ import (
 // exactly the validity the acquirer had, never more.
 type Handoff struct {
 	TaskID                string          `json:"taskId"`
+	ClusterSize           int             `json:"clusterSize"`
 	Instance              NodeInstance    `json:"nodeInstance"`
 	ETag                  string          `json:"etag"`
 	PreviousGraceful      bool            `json:"previousGraceful"`
@@ -48,6 +49,7 @@ func (p *Provider) HandOff(ctx context.Context) (Handoff, error) {
 	}
 	h := Handoff{
 		TaskID:                p.cfg.TaskID,
+		ClusterSize:           p.cfg.ClusterSize,
 		Instance:              p.instance,
 		ETag:                  p.etag,
 		PreviousGraceful:      p.graceful,

@@ -340,7 +340,8 @@ func TestAcquireThenRenewKeepsTheLease(t *testing.T) {
 			t.Errorf("env file lacks %q:\n%s", want, env)
 		}
 	}
-	sidecar := c.start("task-a", []string{"NODEID_ENV_FILE=" + envFile, "NODEID_LEASE_FILE=" + leaseFile, "NODEID_TASK_ID="}, "renew")
+	// The sidecar learns the task ID and the cluster size from the hand-off.
+	sidecar := c.start("task-a", []string{"NODEID_ENV_FILE=" + envFile, "NODEID_LEASE_FILE=" + leaseFile, "NODEID_TASK_ID=", "NODEID_CLUSTER_SIZE="}, "renew")
 	time.Sleep(3 * time.Second) // longer than the 2s lease
 	if !sidecar.running() {
 		t.Fatalf("renew exited %d:\n%s", sidecar.code, sidecar.out.String())

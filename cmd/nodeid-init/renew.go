@@ -43,6 +43,9 @@ func cmdRenew(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if s.taskID == "" {
 		s.taskID = h.TaskID // the hand-off names the task that acquired it
 	}
+	if s.clusterSize == 0 {
+		s.clusterSize = h.ClusterSize
+	}
 	if s.leaseFile != "" {
 		if err := checkWritableFile("lease file", s.leaseFile); err != nil {
 			return err
