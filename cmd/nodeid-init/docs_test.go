@@ -41,7 +41,7 @@ func TestDocsMatchTheCode(t *testing.T) {
 	cmdRe := regexp.MustCompile(`(?:^|[\s$(])nodeid-init ([a-z]+)((?: +--?[a-z][a-z0-9-]*(?:[ =][^ -][^ ]*)?)*)`)
 	flagRe := regexp.MustCompile(`--?([a-z][a-z0-9-]*)`)
 	makeRe := regexp.MustCompile(`(?m)^\s*make ([a-z][a-z0-9-]*)`)
-	pathRe := regexp.MustCompile(`(?m)^\s*(?:go run|go test|bash) (\./[^ ]+|scripts/[^ ]+)`)
+	pathRe := regexp.MustCompile(`(?m)^\s*(?:(?:go run|go test|bash) (\./[^ ]+|scripts/[^ ]+)|(chaos/[a-z0-9-]+)\s)`)
 	checked := 0
 	for _, f := range files {
 		b, err := os.ReadFile(f)
@@ -84,7 +84,7 @@ func TestDocsMatchTheCode(t *testing.T) {
 			}
 			for _, m := range pathRe.FindAllStringSubmatch(block, -1) {
 				checked++
-				p := strings.TrimSuffix(m[1], "/...")
+				p := strings.TrimSuffix(m[1]+m[2], "/...")
 				if _, err := os.Stat(filepath.Join(root, p)); err != nil {
 					t.Errorf("%s: %s does not exist", name, m[1])
 				}
