@@ -636,6 +636,13 @@ func (p *Provider) renew() (time.Duration, bool) {
 	p.mu.Unlock()
 
 	sent := p.cfg.Clock.Now()
+	if !sent.Before(deadline) && !p.broken.renewAfterDeadline {
+		// Woken after the deadline (a paused process, a starved goroutine):
+		// never send a renewal for a lease we no longer hold.
+		p.stats.selfFences.Add(1)
+		p.lose(reasonSelfFence, nil)
+		return 0, false
+	}
 	ctx, cancel := p.boundedContext(deadline, sent)
 	defer cancel()
 	newETag, err := p.repo.Write(ctx, lease, etag)
