@@ -240,11 +240,20 @@ func runLeaseOverwrite(ctx context.Context, c *Cluster, r *Result) error {
 	}
 	body := fmt.Sprintf(`{"taskId":"abc","timestamp":%d,"nodeInstance":{"id":%d,"version":%d},"knownVersionMappings":{"mappingsByNodeId":{}}}`,
 		time.Now().UnixMilli(), node, v)
+	return breakLease(ctx, c, r, old, node, v, "copied", func() error {
+		return c.PutObject(ctx, c.LeaseKey(node), body, map[string]string{"version": strconv.FormatInt(v, 10), "acquirable": "true", "taskid": "abc"})
+	})
+}
+
+// breakLease runs fault on node's lease object right after its holder old
+// renewed, then expects old to lose the lease (r.Detect) and a replacement
+// to take the node with version v+1, copying the data.
+func breakLease(ctx context.Context, c *Cluster, r *Result, old *Task, node int, v int64, note string, fault func() error) error {
 	if err := old.AfterRenewal(ctx, 2*c.Timing.Lease); err != nil {
 		return err
 	}
 	t0 := mono()
-	if err := c.PutObject(ctx, c.LeaseKey(node), body, map[string]string{"version": strconv.FormatInt(v, 10), "acquirable": "true", "taskid": "abc"}); err != nil {
+	if err := fault(); err != nil {
 		return err
 	}
 	at, err := expectLoss(ctx, old, 3*c.Timing.Lease)
@@ -255,7 +264,7 @@ func runLeaseOverwrite(ctx context.Context, c *Cluster, r *Result) error {
 	if _, err := expectReplacement(ctx, c, r, old, node, v, t0, false, 8*c.Timing.Lease); err != nil {
 		return err
 	}
-	r.notef("node %d v%d -> v%d, copied", node, v, v+1)
+	r.notef("node %d v%d -> v%d, %s", node, v, v+1, note)
 	return sleep(ctx, c.Timing.Lease/2)
 }
 
@@ -275,23 +284,9 @@ func runLeaseDelete(ctx context.Context, c *Cluster, r *Result) error {
 	if err := sleep(ctx, 2*c.Timing.Lease); err != nil {
 		return err
 	}
-	if err := old.AfterRenewal(ctx, 2*c.Timing.Lease); err != nil {
-		return err
-	}
-	t0 := mono()
-	if err := c.DeleteObject(ctx, c.LeaseKey(node)); err != nil {
-		return err
-	}
-	at, err := expectLoss(ctx, old, 3*c.Timing.Lease)
-	if err != nil {
-		return err
-	}
-	r.Detect = at - t0
-	if _, err := expectReplacement(ctx, c, r, old, node, v, t0, false, 8*c.Timing.Lease); err != nil {
-		return err
-	}
-	r.notef("node %d v%d -> v%d after the object was recreated", node, v, v+1)
-	return sleep(ctx, c.Timing.Lease/2)
+	return breakLease(ctx, c, r, old, node, v, "after the object was recreated", func() error {
+		return c.DeleteObject(ctx, c.LeaseKey(node))
+	})
 }
 
 func runKill9(ctx context.Context, c *Cluster, r *Result) error {
