@@ -115,6 +115,16 @@ func victim(holders map[int]*Task, node int) (*Task, int64, error) {
 	return t, id.Version, nil
 }
 
+// setupVictim starts the cluster with one spare and returns the holder of
+// node and its version: the start of every single-fault experiment.
+func setupVictim(ctx context.Context, c *Cluster, node int) (*Task, int64, error) {
+	holders, err := setup(ctx, c, 1)
+	if err != nil {
+		return nil, 0, err
+	}
+	return victim(holders, node)
+}
+
 // expectLoss waits for the supervisor to exit with code 3 and its broker to
 // be gone, and returns when it exited.
 func expectLoss(ctx context.Context, t *Task, timeout time.Duration) (time.Duration, error) {
@@ -222,12 +232,8 @@ func sleep(ctx context.Context, d time.Duration) error {
 }
 
 func runLeaseOverwrite(ctx context.Context, c *Cluster, r *Result) error {
-	holders, err := setup(ctx, c, 1)
-	if err != nil {
-		return err
-	}
 	const node = 2
-	old, v, err := victim(holders, node)
+	old, v, err := setupVictim(ctx, c, node)
 	if err != nil {
 		return err
 	}
@@ -269,12 +275,8 @@ func breakLease(ctx context.Context, c *Cluster, r *Result, old *Task, node int,
 }
 
 func runLeaseDelete(ctx context.Context, c *Cluster, r *Result) error {
-	holders, err := setup(ctx, c, 1)
-	if err != nil {
-		return err
-	}
 	const node = 1
-	old, v, err := victim(holders, node)
+	old, v, err := setupVictim(ctx, c, node)
 	if err != nil {
 		return err
 	}
@@ -290,12 +292,8 @@ func runLeaseDelete(ctx context.Context, c *Cluster, r *Result) error {
 }
 
 func runKill9(ctx context.Context, c *Cluster, r *Result) error {
-	holders, err := setup(ctx, c, 1)
-	if err != nil {
-		return err
-	}
 	const node = 1
-	old, v, err := victim(holders, node)
+	old, v, err := setupVictim(ctx, c, node)
 	if err != nil {
 		return err
 	}
@@ -322,12 +320,8 @@ func runKill9(ctx context.Context, c *Cluster, r *Result) error {
 }
 
 func runPause(ctx context.Context, c *Cluster, r *Result) error {
-	holders, err := setup(ctx, c, 1)
-	if err != nil {
-		return err
-	}
 	const node = 0
-	old, v, err := victim(holders, node)
+	old, v, err := setupVictim(ctx, c, node)
 	if err != nil {
 		return err
 	}
@@ -373,12 +367,8 @@ func runPause(ctx context.Context, c *Cluster, r *Result) error {
 }
 
 func runBlackhole(ctx context.Context, c *Cluster, r *Result) error {
-	holders, err := setup(ctx, c, 1)
-	if err != nil {
-		return err
-	}
 	const node = 1
-	old, v, err := victim(holders, node)
+	old, v, err := setupVictim(ctx, c, node)
 	if err != nil {
 		return err
 	}
