@@ -23,17 +23,28 @@ const MaxLeaseBodySize = 64 << 10
 
 // Lease is the content of one lease object <prefix><id>.json.
 //
-// A held lease has a JSON body and a TaskID. A released (or never held) lease
-// has an empty body, an empty taskid and keeps its version in the metadata,
-// so the next holder continues from it.
+// A held lease names its holder in TaskID. A released (or never held) lease
+// has an empty taskid in its metadata and keeps its version, so the next
+// holder continues from it.
+//
+// Every write of an object carries a fresh Nonce in its body. S3's ETag of a
+// plain PUT is the MD5 of the body, so identical bodies would share an ETag,
+// and an If-Match judged on one state would land on a later, different state
+// with the same body (the ABA problem). With a nonce in every body no two
+// writes of an object share an ETag, and a compare-and-swap on the ETag is a
+// compare-and-swap on the whole history.
 type Lease struct {
 	// TaskID identifies the holder; empty when released.
 	TaskID string
+	// Writer is the task that wrote a released or never-held lease (the
+	// releaser, the bootstrapper, the operator's tool). Informational.
+	Writer string
 	// Instance is the node ID and the version (fencing token) of this tenure.
 	Instance NodeInstance
-	// Expires is the holder's wall-clock estimate of its expiry. It is
-	// written for humans and for compatibility only: no decision of the
-	// protocol reads it, because another machine's wall clock is not ours.
+	// Expires is the holder's wall-clock estimate of its expiry (for a
+	// released lease: when it was written). It is written for humans and for
+	// compatibility only: no decision of the protocol reads it, because
+	// another machine's wall clock is not ours.
 	Expires time.Time
 	// Duration is the holder's lease duration; waiters use the larger of it
 	// and their own.
@@ -41,14 +52,32 @@ type Lease struct {
 	// Nonce is fresh in every write, so every write changes the ETag and a
 	// writer can recognise its own write after a lost answer.
 	Nonce string
-	// KnownVersions is the holder's view of every node's version.
+	// KnownVersions is the writer's view of every node's version.
 	KnownVersions VersionMappings
 	// Acquirable is false for IDs removed by a scale-down.
 	Acquirable bool
+	// Legacy marks a lease read from an empty body: written before bodies
+	// carried a nonce, or by another tool. Every empty object has the same
+	// ETag, so such a state proves nothing about what happened before it;
+	// a successor copies rather than hard-links after it.
+	Legacy bool
 }
 
-// Held reports whether the lease names a holder (a non-empty body).
+// Held reports whether the lease names a holder.
 func (l Lease) Held() bool { return l.TaskID != "" }
+
+// releasedSizeQuantum: the body of a released or never-held lease is padded
+// with spaces to a multiple of this size, and a held body never is. A listing
+// shows sizes but not contents, so a waiting task reads (GET) only the slots
+// whose size says "maybe released" or that look expired; the GET decides, the
+// size is only a hint. JSON parsers ignore the padding.
+const releasedSizeQuantum = 512
+
+// sizeSuggestsReleased reports whether an object of this size may hold a
+// released lease: an empty (legacy) body or a padded one.
+func sizeSuggestsReleased(size int64) bool {
+	return size == 0 || size%releasedSizeQuantum == 0
+}
 
 // leaseBody is the JSON body. Field names follow Camunda's lease format;
 // nonce and leaseDurationMs are ours.
@@ -61,16 +90,25 @@ type leaseBody struct {
 	LeaseDurationMs      int64            `json:"leaseDurationMs,omitempty"`
 }
 
-// Encode returns the object body and user metadata for l. A lease without a
-// holder encodes as an empty body.
+// releasedWriterPlaceholder stands in the body of a released lease whose
+// writer is unknown (a legacy lease written back).
+const releasedWriterPlaceholder = "unknown"
+
+// Encode returns the object body and user metadata for l. Every lease, held
+// or not, encodes as a JSON body; only a held one names a task in the
+// metadata.
 func (l Lease) Encode() ([]byte, map[string]string) {
 	meta := map[string]string{
 		MetaTaskID:     l.TaskID,
 		MetaVersion:    strconv.FormatInt(int64(l.Instance.Version), 10),
 		MetaAcquirable: strconv.FormatBool(l.Acquirable),
 	}
+	writer := l.TaskID
 	if !l.Held() {
-		return []byte{}, meta
+		writer = l.Writer
+		if writer == "" {
+			writer = releasedWriterPlaceholder
+		}
 	}
 	ts := l.Expires.UnixMilli()
 	inst := l.Instance
@@ -79,7 +117,7 @@ func (l Lease) Encode() ([]byte, map[string]string) {
 		known = VersionMappings{}
 	}
 	body, err := json.Marshal(leaseBody{
-		TaskID:               &l.TaskID,
+		TaskID:               &writer,
 		Timestamp:            &ts,
 		NodeInstance:         &inst,
 		KnownVersionMappings: &known,
@@ -90,6 +128,13 @@ func (l Lease) Encode() ([]byte, map[string]string) {
 		// Only maps with int keys and plain values are marshalled: this
 		// cannot fail, and a lease we cannot write is a programming error.
 		panic(fmt.Sprintf("nodeid: encode lease: %v", err))
+	}
+	switch {
+	case !l.Held():
+		pad := (releasedSizeQuantum - len(body)%releasedSizeQuantum) % releasedSizeQuantum
+		body = append(body, bytes.Repeat([]byte{' '}, pad)...)
+	case len(body)%releasedSizeQuantum == 0:
+		body = append(body, ' ')
 	}
 	return body, meta
 }
@@ -125,7 +170,7 @@ func DecodeLease(id int, body []byte, meta map[string]string) (Lease, error) {
 		if metaTask != "" {
 			return corrupt("empty body but metadata %s=%q", MetaTaskID, metaTask)
 		}
-		return Lease{Instance: NodeInstance{ID: id, Version: Version(version)}, Acquirable: acquirable}, nil
+		return Lease{Instance: NodeInstance{ID: id, Version: Version(version)}, Acquirable: acquirable, Legacy: true}, nil
 	}
 	if len(body) > MaxLeaseBodySize {
 		return corrupt("body of %d bytes is too large", len(body))
@@ -140,6 +185,7 @@ func DecodeLease(id int, body []byte, meta map[string]string) (Lease, error) {
 	if _, err := dec.Token(); err != io.EOF {
 		return corrupt("body: trailing data")
 	}
+	held := metaTask != ""
 	switch {
 	case b.TaskID == nil || *b.TaskID == "":
 		return corrupt("body: taskId missing")
@@ -149,22 +195,28 @@ func DecodeLease(id int, body []byte, meta map[string]string) (Lease, error) {
 		return corrupt("body: nodeInstance missing")
 	case b.NodeInstance.ID != id:
 		return corrupt("body: nodeInstance.id %d in the object of node %d", b.NodeInstance.ID, id)
-	case b.NodeInstance.Version < 1:
+	case b.NodeInstance.Version < 0:
+		return corrupt("body: negative nodeInstance.version %d", b.NodeInstance.Version)
+	case held && b.NodeInstance.Version < 1:
 		return corrupt("body: nodeInstance.version %d, a held lease has version >= 1", b.NodeInstance.Version)
 	case int64(b.NodeInstance.Version) != version:
 		return corrupt("body version %d but metadata %s=%d", b.NodeInstance.Version, MetaVersion, version)
-	case *b.TaskID != metaTask:
+	case held && *b.TaskID != metaTask:
 		return corrupt("body taskId %q but metadata %s=%q", *b.TaskID, MetaTaskID, metaTask)
 	case b.LeaseDurationMs < 0:
 		return corrupt("body: negative leaseDurationMs")
 	}
 	l := Lease{
-		TaskID:     *b.TaskID,
 		Instance:   *b.NodeInstance,
 		Expires:    time.UnixMilli(*b.Timestamp),
 		Duration:   time.Duration(b.LeaseDurationMs) * time.Millisecond,
 		Nonce:      b.Nonce,
 		Acquirable: acquirable,
+	}
+	if held {
+		l.TaskID = *b.TaskID
+	} else {
+		l.Writer = *b.TaskID
 	}
 	if b.KnownVersionMappings != nil {
 		l.KnownVersions = *b.KnownVersionMappings

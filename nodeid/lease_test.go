@@ -47,13 +47,38 @@ func TestLeaseRoundTrip(t *testing.T) {
 	}
 }
 
-func TestReleasedLeaseIsAnEmptyBodyKeepingTheVersion(t *testing.T) {
-	body, meta := nodeid.Lease{Instance: nodeid.NodeInstance{ID: 4, Version: 9}, Acquirable: true}.Encode()
-	if len(body) != 0 || meta["taskid"] != "" || meta["version"] != "9" || meta["acquirable"] != "true" {
+func TestReleasedLeaseHasAUniquePaddedBodyKeepingTheVersion(t *testing.T) {
+	rel := nodeid.Lease{Writer: "t1", Instance: nodeid.NodeInstance{ID: 4, Version: 9}, Nonce: "n1", Acquirable: true}
+	body, meta := rel.Encode()
+	if len(body) == 0 || len(body)%512 != 0 || meta["taskid"] != "" || meta["version"] != "9" || meta["acquirable"] != "true" {
 		t.Fatalf("released lease encodes as %q %v", body, meta)
 	}
+	rel.Nonce = "n2"
+	if other, _ := rel.Encode(); string(other) == string(body) {
+		t.Fatal("two releases of one version with different nonces have the same body, so the same ETag")
+	}
 	l, err := nodeid.DecodeLease(4, body, map[string]string{"Taskid": "", "Version": "9"}) // any key case; acquirable missing = true
-	if err != nil || l.Held() || l.Instance.Version != 9 || !l.Acquirable {
+	if err != nil || l.Held() || l.Legacy || l.Writer != "t1" || l.Instance.Version != 9 || !l.Acquirable || l.Nonce != "n1" {
+		t.Fatalf("decoded %+v, %v", l, err)
+	}
+}
+
+func TestHeldBodyIsNeverSizedLikeAReleasedOne(t *testing.T) {
+	for n := 0; n < 600; n++ {
+		l := nodeid.Lease{TaskID: strings.Repeat("t", n+1), Instance: nodeid.NodeInstance{ID: 1, Version: 1}, Nonce: "ab", Acquirable: true}
+		body, meta := l.Encode()
+		if len(body)%512 == 0 {
+			t.Fatalf("held body of %d bytes looks released to a listing", len(body))
+		}
+		if _, err := nodeid.DecodeLease(1, body, meta); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestEmptyBodyIsALegacyReleasedLease(t *testing.T) {
+	l, err := nodeid.DecodeLease(4, nil, map[string]string{"taskid": "", "version": "9"})
+	if err != nil || l.Held() || !l.Legacy || l.Instance.Version != 9 || !l.Acquirable {
 		t.Fatalf("decoded %+v, %v", l, err)
 	}
 }

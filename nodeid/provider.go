@@ -54,6 +54,10 @@ type Provider struct {
 	loops    sync.WaitGroup // renew loop, watchdog, refresh loop
 
 	seen observations // rule 2; used by Acquire only
+	// Used by Acquire only: the highest version of each node seen in any
+	// lease read while acquiring, and the cluster marker once read.
+	acqKnown VersionMappings
+	marker   *ClusterMarker
 
 	// broken switches off one safety rule on purpose. Only the simulation
 	// tests set it, to show that their checker notices.
@@ -109,8 +113,9 @@ func NewProvider(repo Repository, cfg Config) (*Provider, error) {
 		log:     cfg.Logger.With("task_id", cfg.TaskID),
 		done:    make(chan struct{}),
 		stop:    make(chan struct{}),
-		seen:    observations{},
-		pending: map[string]time.Time{},
+		seen:     observations{},
+		acqKnown: VersionMappings{},
+		pending:  map[string]time.Time{},
 	}
 	if p.cfg.OnLost == nil {
 		p.cfg.OnLost = func(err error) {
@@ -352,12 +357,17 @@ func isNoSuchBucket(err error) bool {
 func (p *Provider) trySpread(ctx context.Context) (NodeInstance, bool, bool, error) {
 	listing, err := p.list(ctx)
 	var created []Record
-	if err == nil && len(missingIDs(listing, p.cfg.ClusterSize)) > 0 {
+	if err == nil && (!listing.MarkerSeen || len(missingIDs(listing, p.cfg.ClusterSize)) > 0) {
 		// First start of the cluster, a scale-up, or a deleted object.
-		ictx, cancel := context.WithTimeout(ctx, time.Duration(p.cfg.ClusterSize+2)*p.cfg.RequestTimeout)
-		listing, created, err = initializeFrom(ictx, p.repo, listing, p.cfg.ClusterSize, p.cfg.TaskID, p.cfg.LeaseDuration)
+		ictx, cancel := context.WithTimeout(ctx, time.Duration(p.cfg.ClusterSize+4)*p.cfg.RequestTimeout)
+		var b bootstrap
+		b, err = initializeFrom(ictx, p.repo, listing, p.cfg.ClusterSize, p.cfg.TaskID, p.cfg.LeaseDuration, p.nonce)
 		cancel()
-		if err == nil && len(created) == 0 {
+		listing, created = b.listing, b.created
+		if b.marker != nil {
+			p.marker = b.marker
+		}
+		if err == nil && len(created) == 0 && len(missingIDs(listing, p.cfg.ClusterSize)) > 0 {
 			// Others created the objects: the listing we hold may lack them.
 			listing, err = p.list(ctx)
 		}
@@ -412,7 +422,8 @@ func (p *Provider) trySequential(ctx context.Context) (NodeInstance, bool, error
 			continue
 		}
 		p.seen.see(id, rec.ETag, arrived)
-		if free, graceful := p.judge(rec, arrived); free {
+		p.learn(rec.Lease)
+		if free, graceful := p.judge(ctx, rec, arrived); free {
 			if inst, ok := p.take(ctx, rec, graceful); ok {
 				return inst, true, nil
 			}
@@ -427,14 +438,14 @@ func (p *Provider) trySequential(ctx context.Context) (NodeInstance, bool, error
 // (a GET shows a new holder, or our PUT lost the race): with many tasks
 // starting together a fresh listing is cheaper than a GET per stale slot.
 //
-// Objects this task has just created (fresh, released, version 0) are not
-// read back: their content and ETag are known, and the conditional PUT
-// fails harmlessly if they changed meanwhile.
+// Objects this task has just created are not read back: their content and
+// ETag are known, and the conditional PUT fails harmlessly if they changed
+// meanwhile.
 func (p *Provider) tryListing(ctx context.Context, listing Listing, created []Record) (inst NodeInstance, ok, stale bool) {
 	for _, slot := range p.candidates(listing) {
 		var rec Record
 		var err error
-		if i := slices.IndexFunc(created, func(r Record) bool { return r.ID == slot.ID && r.ETag == slot.ETag }); i >= 0 && !created[i].Lease.Held() {
+		if i := slices.IndexFunc(created, func(r Record) bool { return r.ID == slot.ID && r.ETag == slot.ETag }); i >= 0 {
 			rec = created[i]
 		} else {
 			rec, err = p.get(ctx, slot.ID)
@@ -448,7 +459,8 @@ func (p *Provider) tryListing(ctx context.Context, listing Listing, created []Re
 			continue
 		}
 		p.seen.see(slot.ID, rec.ETag, arrived)
-		free, graceful := p.judge(rec, arrived)
+		p.learn(rec.Lease)
+		free, graceful := p.judge(ctx, rec, arrived)
 		if !free {
 			if rec.ETag != slot.ETag {
 				return NodeInstance{}, false, true
@@ -482,9 +494,9 @@ func (p *Provider) candidates(listing Listing) []Slot {
 			continue
 		}
 		switch {
-		case i == 0 && (slot.Size == 0 || p.expiredByListing(slot, listing.ServerDate, now)):
+		case i == 0 && (sizeSuggestsReleased(slot.Size) || p.expiredByListing(slot, listing.ServerDate, now)):
 			first = append(first, slot)
-		case slot.Size == 0:
+		case sizeSuggestsReleased(slot.Size):
 			released = append(released, slot)
 		case p.expiredByListing(slot, listing.ServerDate, now):
 			expired = append(expired, slot)
@@ -514,14 +526,30 @@ func (p *Provider) allowedIDs() []int {
 }
 
 // judge decides whether the lease in rec may be taken, and whether its
-// previous holder stopped gracefully.
-func (p *Provider) judge(rec Record, arrived time.Time) (free, graceful bool) {
+// previous holder stopped gracefully (so its data may be hard-linked).
+//
+//   - A lease released by its holder (version >= 1) is free at once.
+//   - A never-held lease (version 0) is free at once only if the cluster
+//     marker names its ETag: it is then the object made at bootstrap,
+//     unchanged. Any other never-held object was created after the marker
+//     (an outside delete, a stale view): its ID may have a live holder, so
+//     it is judged like a held lease.
+//   - A legacy (empty) released object is free at once but not graceful:
+//     every empty object has the same ETag, so it proves nothing about which
+//     release it is.
+//   - A held lease is free when either expiry rule says so.
+func (p *Provider) judge(ctx context.Context, rec Record, arrived time.Time) (free, graceful bool) {
 	l := rec.Lease
 	if !l.Acquirable {
 		return false, false
 	}
 	if !l.Held() {
-		return true, true
+		switch {
+		case l.Instance.Version > 0:
+			return true, !l.Legacy
+		case p.clusterMarker(ctx).provesFresh(rec):
+			return true, true
+		}
 	}
 	if p.broken.wallClockExpiry {
 		return !p.cfg.Clock.Now().Before(l.Expires), false
@@ -533,10 +561,39 @@ func (p *Provider) judge(rec Record, arrived time.Time) (free, graceful bool) {
 	return p.seen.unchangedFor(rec.ID, rec.ETag, arrived) >= lease, false
 }
 
+// clusterMarker returns the cluster marker, read once per acquisition. Until
+// it exists it is the zero marker, which proves nothing fresh.
+func (p *Provider) clusterMarker(ctx context.Context) ClusterMarker {
+	if p.marker == nil {
+		gctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
+		m, err := p.repo.Marker(gctx)
+		cancel()
+		if err != nil {
+			if !errors.Is(err, ErrNotFound) {
+				p.log.Warn("reading the cluster marker failed", "err", err)
+			}
+			return ClusterMarker{}
+		}
+		p.marker = &m
+	}
+	return *p.marker
+}
+
+// learn records the versions a lease read while acquiring shows, so the
+// version we take is above every version anyone knows, even if the object
+// itself went back (an outside delete and recreation).
+func (p *Provider) learn(l Lease) {
+	p.acqKnown.Observe(l.Instance.ID, l.Instance.Version)
+	for id, v := range l.KnownVersions {
+		p.acqKnown.Observe(id, v)
+	}
+}
+
 // take writes our lease over rec with one conditional PUT.
 func (p *Provider) take(ctx context.Context, rec Record, graceful bool) (NodeInstance, bool) {
-	inst := NodeInstance{ID: rec.ID, Version: rec.Lease.Instance.Version + 1}
-	known := rec.Lease.KnownVersions.Clone()
+	p.learn(rec.Lease)
+	inst := NodeInstance{ID: rec.ID, Version: p.acqKnown[rec.ID] + 1}
+	known := p.acqKnown.Clone()
 	known.Observe(inst.ID, inst.Version)
 	lease := p.newLease(inst, known)
 
@@ -851,7 +908,15 @@ func (p *Provider) release() {
 		return // HandOff: the lease lives on in another process
 	}
 
-	released := Lease{Instance: inst, Acquirable: true}
+	released := Lease{
+		Writer:        p.cfg.TaskID,
+		Instance:      inst,
+		Expires:       p.cfg.Clock.Now(),
+		Duration:      p.cfg.LeaseDuration,
+		Nonce:         p.nonce(),
+		KnownVersions: p.KnownVersions(),
+		Acquirable:    true,
+	}
 	ctx, cancel := p.boundedContext(deadline.Add(p.cfg.SafetyMargin), p.cfg.Clock.Now())
 	defer cancel()
 	if _, err := p.repo.Write(ctx, released, etag); err != nil {
@@ -900,7 +965,7 @@ func (p *Provider) refresh() {
 	learned := VersionMappings{}
 	peersKnow := true
 	for _, s := range listing.Slots {
-		if s.ID == inst.ID || s.Size == 0 {
+		if s.ID == inst.ID || sizeSuggestsReleased(s.Size) {
 			continue
 		}
 		rec, err := p.repo.Get(ctx, s.ID)

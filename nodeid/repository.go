@@ -33,6 +33,11 @@ type Repository interface {
 	// etag (If-Match) and returns the new ETag. Acquisition, renewal,
 	// release and marking unusable are all writes.
 	Write(ctx context.Context, l Lease, etag string) (string, error)
+	// Marker reads the cluster marker (ErrNotFound when there is none).
+	Marker(ctx context.Context) (ClusterMarker, error)
+	// CreateMarker creates the cluster marker only if it does not exist
+	// (If-None-Match: *).
+	CreateMarker(ctx context.Context, m ClusterMarker) error
 }
 
 // Slot is what a listing shows of one lease object without reading it.
@@ -49,6 +54,9 @@ type Listing struct {
 	// ServerDate is the Date header of the first answer: the server's clock,
 	// no later than the moment any slot in the listing was read.
 	ServerDate time.Time
+	// MarkerSeen reports that the cluster marker was in the listing. A
+	// listing may be stale, so its absence is only a reason to look again.
+	MarkerSeen bool
 }
 
 // Slot returns the slot of id.
@@ -69,16 +77,18 @@ type Record struct {
 	ServerDate time.Time
 }
 
-// Initialize creates the lease objects 0..size-1 that do not exist yet. It is
-// idempotent and safe when many tasks run it at once: each create is
-// conditional (If-None-Match: *), and a 412 means another task made it.
+// Initialize creates the lease objects 0..size-1 that do not exist yet, and
+// the cluster marker. It is idempotent and safe when many tasks run it at
+// once: each create is conditional (If-None-Match: *), and a 412 means
+// another task made it.
 //
-// Only a fresh cluster (no object ever held) gets missing objects as
-// released leases that can be taken at once. Once the cluster has run, a
-// missing object was deleted from outside (or is new through a scale-up,
-// which cannot be told apart): its last holder may still be alive and
-// writing, so it is recreated as a held lease of an unknown holder, with the
-// highest version any peer knows. Candidates then wait a whole lease
+// Only a fresh cluster gets missing objects as never-held leases that can be
+// taken at once: no cluster marker, and every object present a never-held
+// one. Once the marker exists, a missing object was deleted from outside
+// (or is new through a scale-up, which cannot be told apart): its last
+// holder may still be alive and writing, so it is recreated as a held lease
+// of an unknown holder, with the highest version any peer knows and the
+// longest lease duration any peer uses. Candidates then wait a whole lease
 // duration, as after a crash, and no known version is handed out twice.
 func Initialize(ctx context.Context, repo Repository, size int, taskID string, leaseDuration time.Duration) error {
 	if size < 1 {
@@ -88,25 +98,84 @@ func Initialize(ctx context.Context, repo Repository, size int, taskID string, l
 	if err != nil {
 		return err
 	}
-	_, _, err = initializeFrom(ctx, repo, listing, size, taskID, leaseDuration)
+	_, err = initializeFrom(ctx, repo, listing, size, taskID, leaseDuration, newNonce)
 	return err
 }
 
-// initializeFrom creates what listing lacks of 0..size-1. Each task starts
-// at its own offset; when a create finds the object made by someone else, it
-// lists again, so tasks that bootstrap together share the work instead of
-// each trying every ID. It returns the freshest listing it has, with the
-// objects it created added, and those objects as records: their content is
-// known, so an acquisition need not read them back.
-func initializeFrom(ctx context.Context, repo Repository, listing Listing, size int, taskID string, leaseDuration time.Duration) (Listing, []Record, error) {
+// initializeFrom creates what listing lacks of 0..size-1, then the cluster
+// marker if the listing did not show it. Each task starts at its own offset;
+// when a create finds the object made by someone else, it lists again, so
+// tasks that bootstrap together share the work instead of each trying every
+// ID.
+func initializeFrom(ctx context.Context, repo Repository, listing Listing, size int, taskID string, leaseDuration time.Duration, nonce func() string) (bootstrap, error) {
+	b := bootstrap{listing: listing}
 	missing := missingIDs(listing, size)
-	if len(missing) == 0 {
-		return listing, nil, nil
+	if len(missing) == 0 && listing.MarkerSeen {
+		return b, nil
 	}
-	known, fresh := VersionMappings{}, true
-	if len(listing.Slots) > 0 {
-		known, fresh = knownVersions(ctx, repo, listing)
+	var created []Record
+	if len(missing) > 0 {
+		// Without a marker the cluster is fresh only if every object there
+		// is a never-held one; an empty listing of a bucket without a marker
+		// is the only state that needs no reading.
+		s := survey{known: VersionMappings{}, fresh: !listing.MarkerSeen, duration: leaseDuration}
+		if len(listing.Slots) > 0 {
+			s = surveyLeases(ctx, repo, listing, leaseDuration)
+			s.fresh = s.fresh && !listing.MarkerSeen
+		}
+		var err error
+		listing, created, err = createMissing(ctx, repo, listing, missing, size, taskID, s, nonce)
+		b.listing, b.created = listing, created
+		if err != nil {
+			return b, err
+		}
+		if !listing.MarkerSeen {
+			// Others may have created objects meanwhile, or the marker:
+			// look again before deciding to create it.
+			if again, err := repo.List(ctx); err == nil {
+				listing = mergeCreated(again, created)
+				b.listing = listing
+			}
+		}
 	}
+	if listing.MarkerSeen || len(missingIDs(listing, size)) > 0 {
+		return b, nil
+	}
+	// Every object exists and no marker was seen: record the ETags of this
+	// moment. Whatever they name is checked by content when taken: only a
+	// never-held object whose ETag is listed here may be taken at once. In a
+	// cluster that is not fresh (one from before the marker) the list names
+	// held or released objects, which that check ignores.
+	m := ClusterMarker{Bootstrap: map[int]string{}, CreatedBy: taskID, ClusterSize: size}
+	for _, s := range listing.Slots {
+		if s.ID < size {
+			m.Bootstrap[s.ID] = s.ETag
+		}
+	}
+	err := repo.CreateMarker(ctx, m)
+	switch {
+	case err == nil:
+		b.marker = &m
+	case !errors.Is(err, ErrPreconditionFailed) && !errors.Is(err, ErrConflict):
+		return b, fmt.Errorf("create cluster marker: %w", err)
+	}
+	b.listing.MarkerSeen = true
+	return b, nil
+}
+
+// bootstrap is what initializeFrom leaves: the freshest listing it has, with
+// the objects it created added; those objects as records (their content is
+// known, so an acquisition need not read them back); and the cluster marker
+// if it created it.
+type bootstrap struct {
+	listing Listing
+	created []Record
+	marker  *ClusterMarker
+}
+
+// createMissing creates the objects of missing: never-held leases if s says
+// the cluster is fresh, otherwise expiring leases of an unknown holder.
+func createMissing(ctx context.Context, repo Repository, listing Listing, missing []int, size int, taskID string, s survey, nonce func() string) (Listing, []Record, error) {
 	offset := int(taskHash(taskID) % uint32(size))
 	sort.Slice(missing, func(i, j int) bool {
 		return (missing[i]-offset+size)%size < (missing[j]-offset+size)%size
@@ -115,16 +184,20 @@ func initializeFrom(ctx context.Context, repo Repository, listing Listing, size 
 	for len(missing) > 0 {
 		id := missing[0]
 		missing = missing[1:]
-		l := Lease{Instance: NodeInstance{ID: id}, Acquirable: true}
-		if !fresh {
-			l = Lease{
-				TaskID:     "recreated-by:" + taskID,
-				Instance:   NodeInstance{ID: id, Version: max(known[id], 1)},
-				Expires:    time.Now().Add(leaseDuration),
-				Duration:   leaseDuration,
-				Nonce:      newNonce(),
-				Acquirable: true,
-			}
+		l := Lease{
+			Writer:     taskID,
+			Instance:   NodeInstance{ID: id},
+			Expires:    time.Now(),
+			Duration:   s.duration,
+			Nonce:      nonce(),
+			Acquirable: true,
+		}
+		if !s.fresh {
+			l.TaskID = "recreated-by:" + taskID
+			l.Writer = ""
+			l.Instance.Version = max(s.known[id], 1)
+			l.Expires = time.Now().Add(s.duration)
+			l.KnownVersions = s.known.Clone()
 		}
 		etag, err := repo.Create(ctx, l)
 		switch {
@@ -138,8 +211,8 @@ func initializeFrom(ctx context.Context, repo Repository, listing Listing, size 
 			if lerr != nil {
 				return listing, created, lerr
 			}
-			listing = again
-			still := missingIDs(again, size)
+			listing = mergeCreated(again, created)
+			still := missingIDs(listing, size)
 			keep := missing[:0]
 			for _, m := range missing {
 				if slices.Contains(still, m) {
@@ -151,11 +224,21 @@ func initializeFrom(ctx context.Context, repo Repository, listing Listing, size 
 			return listing, created, fmt.Errorf("initialize node %d: %w", id, err)
 		}
 	}
-	// Objects we created after our last listing are in it already; keep
-	// the slots in ID order, without duplicates.
-	sort.SliceStable(listing.Slots, func(i, j int) bool { return listing.Slots[i].ID < listing.Slots[j].ID })
-	listing.Slots = slices.CompactFunc(listing.Slots, func(a, b Slot) bool { return a.ID == b.ID })
-	return listing, created, nil
+	return mergeCreated(listing, nil), created, nil
+}
+
+// mergeCreated adds the slots of objects we created to a listing that may
+// not show them yet, keeping the slots in ID order without duplicates.
+func mergeCreated(l Listing, created []Record) Listing {
+	slots := slices.Clone(l.Slots)
+	for _, c := range created {
+		if !slices.ContainsFunc(slots, func(s Slot) bool { return s.ID == c.ID }) {
+			slots = append(slots, c.Slot)
+		}
+	}
+	sort.SliceStable(slots, func(i, j int) bool { return slots[i].ID < slots[j].ID })
+	l.Slots = slices.CompactFunc(slots, func(a, b Slot) bool { return a.ID == b.ID })
+	return l
 }
 
 func taskHash(taskID string) uint32 {
@@ -169,23 +252,32 @@ func taskHash(taskID string) uint32 {
 // above size unusable. Objects are never deleted: a recreated object would
 // restart the version at 0 and collide with existing data directories.
 //
-// Marking a held lease writes a fresh nonce, so its holder's next renewal
-// fails with 412 and the holder fences itself.
+// Every mark writes a fresh nonce, held or released: a holder's next renewal
+// fails with 412 and the holder fences itself, and a candidate that read a
+// released object before the scale-down cannot take it afterwards.
 func Scale(ctx context.Context, repo Repository, size int, taskID string, leaseDuration time.Duration) error {
+	return scale(ctx, repo, size, taskID, leaseDuration, newNonce)
+}
+
+func scale(ctx context.Context, repo Repository, size int, taskID string, leaseDuration time.Duration, nonce func() string) error {
 	if size < 1 {
 		return fmt.Errorf("%w: cluster size %d, must be >= 1", ErrInvalidConfig, size)
 	}
-	if err := Initialize(ctx, repo, size, taskID, leaseDuration); err != nil {
+	listing, err := repo.List(ctx)
+	if err != nil {
 		return err
 	}
-	listing, err := repo.List(ctx)
+	if _, err := initializeFrom(ctx, repo, listing, size, taskID, leaseDuration, nonce); err != nil {
+		return err
+	}
+	listing, err = repo.List(ctx)
 	if err != nil {
 		return err
 	}
 	for _, s := range listing.Slots {
 		want := s.ID < size
 		for attempt := 0; ; attempt++ {
-			err := setAcquirable(ctx, repo, s.ID, want)
+			err := setAcquirable(ctx, repo, s.ID, want, taskID, nonce)
 			if err == nil || errors.Is(err, ErrCorruptLease) {
 				break
 			}
@@ -198,7 +290,7 @@ func Scale(ctx context.Context, repo Repository, size int, taskID string, leaseD
 	return nil
 }
 
-func setAcquirable(ctx context.Context, repo Repository, id int, acquirable bool) error {
+func setAcquirable(ctx context.Context, repo Repository, id int, acquirable bool, taskID string, nonce func() string) error {
 	rec, err := repo.Get(ctx, id)
 	if err != nil {
 		return err
@@ -208,36 +300,64 @@ func setAcquirable(ctx context.Context, repo Repository, id int, acquirable bool
 	}
 	l := rec.Lease
 	l.Acquirable = acquirable
-	if l.Held() {
-		l.Nonce = newNonce()
+	l.Nonce = nonce()
+	if !l.Held() {
+		l.Writer, l.Expires, l.Legacy = taskID, time.Now(), false
 	}
 	_, err = repo.Write(ctx, l, rec.ETag)
 	return err
 }
 
-// ForceRelease releases node id whoever holds it, for operators. The version
-// is kept. The holder, if alive, fails its next renewal and fences itself,
-// but it may still act until its self-fence deadline: the successor sees a
-// released lease and would hard-link every file, so only use this when the
-// holder is known to be dead.
-func ForceRelease(ctx context.Context, repo Repository, id int) (Version, error) {
+// ErrVersionUnknown is returned by ForceRelease when the object of the node
+// is missing or corrupt, no peer knows its version and none was given:
+// releasing at a guess could hand out a version twice.
+var ErrVersionUnknown = errors.New("the version of the node is unknown")
+
+// ForceRelease releases node id whoever holds it, for operators, and returns
+// the version it was released at. The version never goes down: it is the
+// largest of the object's, any peer's knowledge and atLeast (the operator's
+// word, e.g. the newest version in the data root; 0 if not known). With a
+// missing or corrupt object and nothing else that knows the version,
+// atLeast is required (ErrVersionUnknown).
+//
+// The holder, if alive, fails its next renewal and fences itself, but it may
+// still act until its self-fence deadline: the successor sees a released
+// lease and would hard-link every file, so only use this when the holder is
+// known to be dead.
+func ForceRelease(ctx context.Context, repo Repository, id int, atLeast Version, taskID string) (Version, error) {
 	rec, err := repo.Get(ctx, id)
-	if err != nil && !errors.Is(err, ErrCorruptLease) {
+	missing := errors.Is(err, ErrNotFound)
+	if err != nil && !missing && !errors.Is(err, ErrCorruptLease) {
 		return 0, err
 	}
-	v := rec.Lease.Instance.Version
-	if errors.Is(err, ErrCorruptLease) {
-		// The version of a corrupt object is unknown: keep the largest any
-		// peer knows, so no version is handed out twice.
-		listing, lerr := repo.List(ctx)
-		if lerr != nil {
-			return 0, lerr
-		}
-		known, _ := knownVersions(ctx, repo, listing)
-		v = known[id]
+	listing, lerr := repo.List(ctx)
+	if lerr != nil {
+		return 0, lerr
 	}
-	released := Lease{Instance: NodeInstance{ID: id, Version: v}, Acquirable: rec.Lease.Acquirable || errors.Is(err, ErrCorruptLease)}
-	if _, err := repo.Write(ctx, released, rec.ETag); err != nil {
+	s := surveyLeases(ctx, repo, listing, 0)
+	v := max(s.known[id], atLeast)
+	if err == nil {
+		v = max(v, rec.Lease.Instance.Version)
+	} else if v == 0 {
+		what := "missing"
+		if !missing {
+			what = "corrupt"
+		}
+		return 0, fmt.Errorf("%w: the object of node %d is %s and no peer knows its version; give the version explicitly", ErrVersionUnknown, id, what)
+	}
+	released := Lease{
+		Writer:     taskID,
+		Instance:   NodeInstance{ID: id, Version: v},
+		Expires:    time.Now(),
+		Nonce:      newNonce(),
+		Acquirable: err != nil || rec.Lease.Acquirable,
+	}
+	if missing {
+		_, err = repo.Create(ctx, released)
+	} else {
+		_, err = repo.Write(ctx, released, rec.ETag)
+	}
+	if err != nil {
 		return 0, err
 	}
 	return v, nil
@@ -257,23 +377,31 @@ func missingIDs(l Listing, size int) []int {
 	return missing
 }
 
-// knownVersions merges the versions that all readable leases know of, their
-// own included, and reports whether the cluster is fresh: every object
-// readable, released and at version 0, so no task ever held an ID.
-func knownVersions(ctx context.Context, repo Repository, l Listing) (known VersionMappings, fresh bool) {
-	known, fresh = VersionMappings{}, true
-	for _, s := range l.Slots {
-		rec, err := repo.Get(ctx, s.ID)
-		if err != nil || rec.Lease.Held() || rec.Lease.Instance.Version > 0 {
-			fresh = false
+// survey is what the readable leases of a listing tell together.
+type survey struct {
+	known    VersionMappings // the highest version of each node anyone knows
+	duration time.Duration   // the longest lease duration in use, at least ours
+	// fresh: every object is a readable never-held lease of this format.
+	// A legacy (empty) object proves nothing: every one has the same ETag.
+	fresh bool
+}
+
+// surveyLeases reads every lease of the listing.
+func surveyLeases(ctx context.Context, repo Repository, l Listing, ours time.Duration) survey {
+	s := survey{known: VersionMappings{}, fresh: true, duration: ours}
+	for _, slot := range l.Slots {
+		rec, err := repo.Get(ctx, slot.ID)
+		if err != nil || rec.Lease.Held() || rec.Lease.Instance.Version > 0 || rec.Lease.Legacy {
+			s.fresh = false
 		}
 		if err != nil {
 			continue
 		}
-		known.Observe(s.ID, rec.Lease.Instance.Version)
+		s.duration = max(s.duration, rec.Lease.Duration)
+		s.known.Observe(slot.ID, rec.Lease.Instance.Version)
 		for id, v := range rec.Lease.KnownVersions {
-			known.Observe(id, v)
+			s.known.Observe(id, v)
 		}
 	}
-	return known, fresh
+	return s
 }

@@ -150,6 +150,10 @@ func (r *S3Repository) List(ctx context.Context) (Listing, error) {
 			listing.ServerDate = serverDate(out.ResultMetadata)
 		}
 		for _, o := range out.Contents {
+			if aws.ToString(o.Key) == MarkerKey(r.prefix) {
+				listing.MarkerSeen = true
+				continue
+			}
 			id, ok := ParseLeaseKey(r.prefix, aws.ToString(o.Key))
 			if !ok {
 				continue
@@ -198,6 +202,34 @@ func (r *S3Repository) Get(ctx context.Context, id int) (Record, error) {
 		return rec, fmt.Errorf("get %s: %w", key, err)
 	}
 	return rec, nil
+}
+
+// Marker implements Repository.
+func (r *S3Repository) Marker(ctx context.Context) (ClusterMarker, error) {
+	key := MarkerKey(r.prefix)
+	cctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	out, err := r.client.GetObject(cctx, &s3.GetObjectInput{Bucket: &r.bucket, Key: &key}, r.count)
+	if err != nil {
+		return ClusterMarker{}, classify("get", key, err)
+	}
+	defer out.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(out.Body, MaxLeaseBodySize+1))
+	if err != nil {
+		return ClusterMarker{}, &StorageError{Op: "get", Key: key, Kind: ErrUnavailable, Err: err}
+	}
+	m, err := DecodeMarker(body)
+	if err != nil {
+		return ClusterMarker{}, fmt.Errorf("get %s: %w", key, err)
+	}
+	m.LastModified = aws.ToTime(out.LastModified)
+	return m, nil
+}
+
+// CreateMarker implements Repository.
+func (r *S3Repository) CreateMarker(ctx context.Context, m ClusterMarker) error {
+	_, err := r.put(ctx, "create", MarkerKey(r.prefix), m.Encode(), nil, "", true)
+	return err
 }
 
 // Create implements Repository.

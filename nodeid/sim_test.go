@@ -57,6 +57,9 @@ type simParams struct {
 	maxDrift    float64       // each task's clock rate is within 1 ± maxDrift
 	broken      brokenRules
 	wallOffsets bool // tasks' wall clocks off by up to ±1 h
+	// opaqueETags gives every write a new ETag; by default an ETag is the
+	// MD5 of the body, as for a plain PUT on S3, so equal bodies share one.
+	opaqueETags bool
 }
 
 func defaultSimParams(seed uint64) simParams {
@@ -234,6 +237,7 @@ type simWorld struct {
 	wake      chan struct{}
 
 	objects      map[int]*simObject
+	marker       *simObject
 	etagSeq      int
 	maxVersion   map[int]Version
 	deletedSince map[int]bool
@@ -554,12 +558,14 @@ func (w *simWorld) scale(size int) {
 	w.size = size
 	admin := &simTask{name: "admin"}
 	admin.repo = &simRepo{w: w, task: admin}
+	rng := rand.New(rand.NewPCG(w.rng.Uint64(), 0)) // nonces: deterministic, used by one goroutine
+	nonce := func() string { return fmt.Sprintf("%016x%016x", rng.Uint64(), rng.Uint64()) }
 	w.running.Add(1)
 	go func() {
 		defer w.running.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		_ = Scale(ctx, admin.repo, size, "admin", w.p.lease)
+		_ = scale(ctx, admin.repo, size, "admin", w.p.lease, nonce)
 	}()
 	for _, t := range w.tasks {
 		t.provider.mu.Lock()

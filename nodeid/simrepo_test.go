@@ -2,6 +2,7 @@ package nodeid
 
 import (
 	"context"
+	"crypto/md5"
 	"fmt"
 	"sort"
 	"strings"
@@ -28,19 +29,24 @@ const (
 	opGet
 	opCreate
 	opWrite
+	opGetMarker
+	opCreateMarker
 )
 
-func (o simOp) String() string { return [...]string{"list", "get", "create", "write"}[o] }
+func (o simOp) String() string {
+	return [...]string{"list", "get", "create", "write", "get marker", "create marker"}[o]
+}
 
 // simRequest is one request in flight.
 type simRequest struct {
-	task  *simTask
-	seq   uint64 // per task
-	op    simOp
-	id    int
-	lease Lease
-	etag  string
-	reply chan simReply
+	task   *simTask
+	seq    uint64 // per task
+	op     simOp
+	id     int
+	lease  Lease
+	marker ClusterMarker
+	etag   string
+	reply  chan simReply
 	// afterLoss: the task had already lost its lease when it sent this. A
 	// write sent before the loss may still land after it; that is physics,
 	// not a bug (the task no longer acts on it).
@@ -48,6 +54,7 @@ type simRequest struct {
 }
 
 type simReply struct {
+	marker  ClusterMarker
 	listing Listing
 	record  Record
 	etag    string
@@ -103,6 +110,15 @@ func (r *simRepo) Write(ctx context.Context, l Lease, etag string) (string, erro
 	return rep.etag, rep.err
 }
 
+func (r *simRepo) Marker(ctx context.Context) (ClusterMarker, error) {
+	rep := r.call(ctx, &simRequest{op: opGetMarker})
+	return rep.marker, rep.err
+}
+
+func (r *simRepo) CreateMarker(ctx context.Context, m ClusterMarker) error {
+	return r.call(ctx, &simRequest{op: opCreateMarker, marker: m}).err
+}
+
 // serve applies req to the bucket at server time now, as S3 would.
 func (w *simWorld) serve(req *simRequest, now time.Time) simReply {
 	date := now.Truncate(time.Second)
@@ -117,7 +133,22 @@ func (w *simWorld) serve(req *simRequest, now time.Time) simReply {
 			l.Slots = append(l.Slots, Slot{ID: id, ETag: o.etag, LastModified: o.lastModified, Size: int64(len(o.body))})
 		}
 		sort.Slice(l.Slots, func(i, j int) bool { return l.Slots[i].ID < l.Slots[j].ID })
+		l.MarkerSeen = w.marker != nil
 		return simReply{listing: l}
+	case opGetMarker:
+		if w.marker == nil {
+			return fail(ErrNotFound, 404)
+		}
+		m, err := DecodeMarker(w.marker.body)
+		m.LastModified = w.marker.lastModified
+		return simReply{marker: m, err: err}
+	case opCreateMarker:
+		if w.marker != nil {
+			return fail(ErrPreconditionFailed, 412)
+		}
+		body := req.marker.Encode()
+		w.marker = &simObject{body: body, etag: w.etagOf(body), lastModified: now.Truncate(time.Second)}
+		return simReply{etag: w.marker.etag}
 	case opGet:
 		o, ok := w.objects[req.id]
 		if !ok {
@@ -148,8 +179,7 @@ func (w *simWorld) serve(req *simRequest, now time.Time) simReply {
 // store writes req's lease and checks the version invariants on the way.
 func (w *simWorld) store(req *simRequest, now time.Time) string {
 	body, meta := req.lease.Encode()
-	w.etagSeq++
-	etag := fmt.Sprintf(`"%032x"`, w.etagSeq)
+	etag := w.etagOf(body)
 	prev := w.objects[req.id]
 	w.objects[req.id] = &simObject{body: body, meta: meta, etag: etag, lastModified: now.Truncate(time.Second)}
 	l := req.lease
@@ -201,6 +231,17 @@ func (w *simWorld) outsideWrite(id int, now time.Time, del bool) string {
 		Expires: now.Add(time.Hour), Duration: time.Second, Nonce: fmt.Sprint(w.etagSeq), Acquirable: true}}
 	w.store(req, now)
 	return fmt.Sprintf("overwrote node %d as outsider v%d", id, v)
+}
+
+// etagOf returns the ETag S3 gives a plain PUT of body: its MD5, so equal
+// bodies get equal ETags. With opaqueETags every write gets a new ETag
+// instead, as with SSE-KMS or multipart uploads.
+func (w *simWorld) etagOf(body []byte) string {
+	w.etagSeq++
+	if w.p.opaqueETags {
+		return fmt.Sprintf(`"%032x"`, w.etagSeq)
+	}
+	return fmt.Sprintf(`"%x"`, md5.Sum(body))
 }
 
 func describeReply(r simReply) string {
