@@ -108,11 +108,11 @@ func NewProvider(repo Repository, cfg Config) (*Provider, error) {
 		return nil, err
 	}
 	p := &Provider{
-		repo:    repo,
-		cfg:     cfg,
-		log:     cfg.Logger.With("task_id", cfg.TaskID),
-		done:    make(chan struct{}),
-		stop:    make(chan struct{}),
+		repo:     repo,
+		cfg:      cfg,
+		log:      cfg.Logger.With("task_id", cfg.TaskID),
+		done:     make(chan struct{}),
+		stop:     make(chan struct{}),
 		seen:     observations{},
 		acqKnown: VersionMappings{},
 		pending:  map[string]time.Time{},
