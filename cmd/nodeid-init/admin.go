@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 
+	"github.com/nodeid/nodeid/datadir"
 	"github.com/nodeid/nodeid/nodeid"
 )
 
@@ -66,9 +68,12 @@ func cmdScale(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 func cmdRelease(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	node := -1
+	var atLeast int64
 	s, repo, err := adminSession(ctx, "release", args, stderr, func(fs *flag.FlagSet, s *settings) {
 		fs.IntVar(&node, "node", -1, "node ID to release")
 		fs.BoolVar(&s.force, "force", false, "required: the holder must be known to be dead")
+		fs.Int64Var(&atLeast, "version", 0, "release at this version at least; required when the object is missing or corrupt and no peer knows the version")
+		fs.StringVar(&s.dataRoot, "data-root", "", "shared storage root; refuse a version below the newest valid node-N/vK there")
 	})
 	if err != nil {
 		return err
@@ -79,7 +84,27 @@ func cmdRelease(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if !s.force {
 		return usagef("release --node %d needs --force: a live holder keeps writing until its next renewal fails, and its successor would hard-link its files", node)
 	}
-	v, err := nodeid.ForceRelease(ctx, repo, node)
+	if atLeast < 0 {
+		return usagef("invalid --version %d: must be >= 0", atLeast)
+	}
+	if s.dataRoot != "" {
+		// The newest complete data directory must not be above the version
+		// released: its successor would start from older data, or refuse.
+		newest, found, err := datadir.Newest(s.dataRoot, node)
+		if err != nil {
+			return usagef("data root %s: %v", s.dataRoot, err)
+		}
+		if found && nodeid.Version(atLeast) < newest {
+			if atLeast > 0 {
+				return usagef("--version %d is below node-%d/v%d in %s; use --version %d or higher", atLeast, node, newest, s.dataRoot, newest)
+			}
+			atLeast = int64(newest)
+		}
+	}
+	v, err := nodeid.ForceRelease(ctx, repo, node, nodeid.Version(atLeast), s.taskID)
+	if errors.Is(err, nodeid.ErrVersionUnknown) {
+		return usagef("%v: pass --version V (the newest node-%d/vV in the data root, or pass --data-root)", err, node)
+	}
 	if err != nil {
 		return err
 	}
