@@ -150,7 +150,7 @@ func (c *Cluster) Start(name string, env ...string) (*Task, error) {
 	}
 	go func() {
 		err := t.Cmd.Wait()
-		t.exitMono = clock.SystemMonotonic()
+		t.exitMono = clock.SystemBoottime()
 		var ee *exec.ExitError
 		switch {
 		case err == nil:
@@ -288,7 +288,7 @@ func (t *Task) AfterRenewal(ctx context.Context, timeout time.Duration) error {
 	}
 	return waitFor(ctx, timeout, "a renewal by "+t.Name, func() bool {
 		n, err := t.LeaseFile()
-		return err == nil && n.ValidUntilMonotonicNs != l.ValidUntilMonotonicNs
+		return err == nil && n.ValidUntilBoottimeNs != l.ValidUntilBoottimeNs
 	}, time.Millisecond)
 }
 

@@ -87,7 +87,7 @@ var registry = []*Experiment{
 	},
 }
 
-func mono() time.Duration { return clock.SystemMonotonic() }
+func mono() time.Duration { return clock.SystemBoottime() }
 
 func since(t0 time.Duration, ns int64) time.Duration { return time.Duration(ns) - t0 }
 

@@ -2,9 +2,10 @@
 // interface, so tests and simulations can run it on a fake clock.
 //
 // Durations are always measured as the difference of two Now() readings of
-// the same Clock. With the real clock those carry Go's monotonic reading, so
-// a step of the wall clock (NTP, an operator, a skewed host) never changes a
-// measured duration.
+// the same Clock. The real clock counts on CLOCK_BOOTTIME, so a step of the
+// wall clock (NTP, an operator, a skewed host) never changes a measured
+// duration, and a suspend of the machine counts as time that passed: a
+// holder whose machine slept past its deadline finds it passed on waking.
 package clock
 
 import "time"
@@ -27,12 +28,21 @@ type Timer interface {
 	Reset(d time.Duration)
 }
 
-// Real returns the system clock.
-func Real() Clock { return realClock{} }
+// Real returns the system clock: the wall time at the call, advanced by
+// CLOCK_BOOTTIME since then. Go's own monotonic reading (CLOCK_MONOTONIC)
+// stops while the machine is suspended. Timers still run on Go's clock, so
+// after a suspend one may fire late; the protocol reads Now before acting,
+// never only a timer.
+func Real() Clock {
+	return realClock{wall0: time.Now().Round(0), boot0: SystemBoottime()}
+}
 
-type realClock struct{}
+type realClock struct {
+	wall0 time.Time     // wall clock at creation, without Go's monotonic reading
+	boot0 time.Duration // CLOCK_BOOTTIME at creation
+}
 
-func (realClock) Now() time.Time                 { return time.Now() }
+func (c realClock) Now() time.Time               { return c.wall0.Add(SystemBoottime() - c.boot0) }
 func (realClock) NewTimer(d time.Duration) Timer { return &realTimer{t: time.NewTimer(d)} }
 
 type realTimer struct{ t *time.Timer }

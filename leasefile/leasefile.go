@@ -3,9 +3,10 @@
 // valid, so that process can fence its own writes without asking S3: read the
 // file before each write and stop if Valid is false.
 //
-// Deadlines are CLOCK_MONOTONIC readings, shared by every process on the host:
-// a broker that was paused (SIGSTOP, a long GC, a frozen VM) sees on resume
-// that the deadline has passed, whatever happened to the wall clock.
+// Deadlines are CLOCK_BOOTTIME readings, shared by every process on the host:
+// a broker that was paused (SIGSTOP, a long GC) or whose machine was
+// suspended sees on resume that the deadline has passed, whatever happened
+// to the wall clock. (CLOCK_MONOTONIC stops during a suspend.)
 package leasefile
 
 import (
@@ -32,15 +33,15 @@ type Lease struct {
 	NodeID  int    `json:"nodeId"`
 	Version int64  `json:"version"` // the fencing token
 	TaskID  string `json:"taskId"`
-	// ValidUntilMonotonicNs is the holder's self-fence deadline as a
-	// CLOCK_MONOTONIC reading in nanoseconds; 0 when not held.
-	ValidUntilMonotonicNs int64 `json:"validUntilMonotonicNs"`
+	// ValidUntilBoottimeNs is the holder's self-fence deadline as a
+	// CLOCK_BOOTTIME reading in nanoseconds; 0 when not held.
+	ValidUntilBoottimeNs int64 `json:"validUntilBoottimeNs"`
 }
 
 // Valid reports whether the lease is held and its deadline has not passed on
 // this host's monotonic clock.
 func (l Lease) Valid() bool {
-	return l.State == StateHeld && int64(clock.SystemMonotonic()) < l.ValidUntilMonotonicNs
+	return l.State == StateHeld && int64(clock.SystemBoottime()) < l.ValidUntilBoottimeNs
 }
 
 // Remaining returns how long the lease stays valid, or 0.
@@ -48,7 +49,7 @@ func (l Lease) Remaining() time.Duration {
 	if l.State != StateHeld {
 		return 0
 	}
-	return max(time.Duration(l.ValidUntilMonotonicNs)-clock.SystemMonotonic(), 0)
+	return max(time.Duration(l.ValidUntilBoottimeNs)-clock.SystemBoottime(), 0)
 }
 
 // Write replaces the file atomically (write to a temporary file, then

@@ -16,7 +16,7 @@ func TestValidityFollowsTheMonotonicDeadline(t *testing.T) {
 		t.Fatalf("missing file: %v", err)
 	}
 	l := leasefile.Lease{State: leasefile.StateHeld, NodeID: 2, Version: 3, TaskID: "t",
-		ValidUntilMonotonicNs: int64(clock.SystemMonotonic() + 150*time.Millisecond)}
+		ValidUntilBoottimeNs: int64(clock.SystemBoottime() + 150*time.Millisecond)}
 	if err := leasefile.Write(path, l); err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +31,7 @@ func TestValidityFollowsTheMonotonicDeadline(t *testing.T) {
 	if _, err := leasefile.Check(path); err == nil {
 		t.Fatal("valid after its deadline")
 	}
-	l.State, l.ValidUntilMonotonicNs = leasefile.StateLost, int64(clock.SystemMonotonic()+time.Hour)
+	l.State, l.ValidUntilBoottimeNs = leasefile.StateLost, int64(clock.SystemBoottime()+time.Hour)
 	if err := leasefile.Write(path, l); err != nil {
 		t.Fatal(err)
 	}

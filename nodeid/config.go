@@ -130,6 +130,14 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// MinLeaseDuration is the shortest lease accepted: two ticks of S3's clock.
+const MinLeaseDuration = 2 * ServerClockGranularity
+
+// minSafetyMargin is the smallest margin accepted for lease duration L.
+func minSafetyMargin(L time.Duration) time.Duration {
+	return max(100*time.Millisecond, L/20)
+}
+
 // Validate checks the configuration after defaults are applied. Every error
 // wraps ErrInvalidConfig and names the setting.
 func (c Config) Validate() error {
@@ -154,10 +162,10 @@ func (c Config) Validate() error {
 	}
 	L, R, m, T := c.LeaseDuration, c.RenewInterval, c.SafetyMargin, c.RequestTimeout
 	switch {
-	case L <= 0:
-		return bad("lease duration %v: must be > 0", L)
-	case m <= 0 || m >= L:
-		return bad("safety margin %v: must be > 0 and < lease duration %v", m, L)
+	case L < MinLeaseDuration:
+		return bad("lease duration %v: must be at least %v: S3's Date and Last-Modified count whole seconds, so a candidate's server-clock rule needs Date - Last-Modified >= L + 1s and a shorter lease is lost in that rounding", L, MinLeaseDuration)
+	case m < minSafetyMargin(L) || m >= L:
+		return bad("safety margin %v: must be at least %v (max(100ms, L/20): it absorbs clock-rate drift and the delay between the watchdog and the stop) and below the lease duration %v", m, minSafetyMargin(L), L)
 	case R <= 0:
 		return bad("renew interval %v: must be > 0", R)
 	case 2*R > L-m:

@@ -160,3 +160,44 @@ func TestProbeStorm(t *testing.T) {
 		}
 	})
 }
+
+// A renewal that landed but whose answer was lost leaves the holder with a
+// stale ETag. After a hand-off the adopter renews with that ETag, gets 412
+// against its predecessor's own write, and must recognise it by the nonce
+// the hand-off carries instead of stopping a healthy task.
+func TestAdoptAfterALostRenewalAnswerIsNotALoss(t *testing.T) {
+	forEachServer(t, func(t *testing.T, srv *s3test.Server) {
+		proxy := startProxy(t, srv)
+		// A lease long enough that the hand-off comes well before the
+		// deadline even on a loaded machine.
+		slow := func(cfg nodeid.Config) nodeid.Config {
+			cfg.LeaseDuration, cfg.RenewInterval, cfg.SafetyMargin, cfg.RequestTimeout = 8*time.Second, time.Second, 2*time.Second, 800*time.Millisecond
+			return cfg
+		}
+		first := newProvider(t, newRepo(t, srv, proxy.URL), slow(fastConfig(t, "task-1", 1, nil)))
+		inst := acquire(t, first, 5*time.Second)
+		proxy.Set(faultproxy.Fault{Methods: []string{http.MethodPut}, DropResponse: true})
+		waitFor(t, 3*time.Second, "a renewal whose answer was dropped", func() bool { return proxy.Stats().Dropped >= 1 })
+		h, err := first.HandOff(context.Background())
+		if err != nil {
+			t.Fatalf("hand-off: %v", err)
+		}
+		proxy.Pass()
+		if len(h.Pending) == 0 {
+			t.Fatalf("hand-off carries no pending renewal: %+v", h)
+		}
+		rec, err := newRepo(t, srv, "").Get(context.Background(), inst.ID)
+		if err != nil || rec.ETag == h.ETag {
+			t.Fatalf("the dropped renewal did not land (ETag %s, hand-off %s): %v", rec.ETag, h.ETag, err)
+		}
+		adopter := newProvider(t, newRepo(t, srv, ""), slow(fastConfig(t, "task-1", 1, nil)))
+		if _, err := adopter.Adopt(context.Background(), h); err != nil {
+			t.Fatalf("adopting after a landed renewal whose answer was lost: %v", err)
+		}
+		renewals := adopter.Stats().Renewals
+		waitFor(t, 5*time.Second, "renewals by the adopter", func() bool { return adopter.Stats().Renewals >= renewals+2 })
+		if !adopter.Valid() {
+			t.Fatalf("adopter not valid: %v", adopter.Err())
+		}
+	})
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/nodeid/nodeid/clock"
@@ -11,17 +12,28 @@ import (
 
 // Handoff carries a held lease from one process to another on the same host:
 // from an ECS init container that acquired it to the sidecar or the embedded
-// provider that keeps renewing it. The deadline travels as a CLOCK_MONOTONIC
+// provider that keeps renewing it. The deadline travels as a CLOCK_BOOTTIME
 // reading, which every process of the host shares, so the adopter inherits
 // exactly the validity the acquirer had, never more.
 type Handoff struct {
-	TaskID                string          `json:"taskId"`
-	ClusterSize           int             `json:"clusterSize"`
-	Instance              NodeInstance    `json:"nodeInstance"`
-	ETag                  string          `json:"etag"`
-	PreviousGraceful      bool            `json:"previousGraceful"`
-	KnownVersions         VersionMappings `json:"knownVersionMappings"`
-	ValidUntilMonotonicNs int64           `json:"validUntilMonotonicNs"`
+	TaskID               string          `json:"taskId"`
+	ClusterSize          int             `json:"clusterSize"`
+	Instance             NodeInstance    `json:"nodeInstance"`
+	ETag                 string          `json:"etag"`
+	PreviousGraceful     bool            `json:"previousGraceful"`
+	KnownVersions        VersionMappings `json:"knownVersionMappings"`
+	ValidUntilBoottimeNs int64           `json:"validUntilBoottimeNs"`
+	// Pending are the renewals whose answer was lost: any of them may have
+	// landed, so the ETag above may be stale. The adopter recognises its
+	// predecessor's landed write by the nonce instead of taking it for an
+	// overwrite and stopping a healthy task.
+	Pending []PendingWrite `json:"pending,omitempty"`
+}
+
+// PendingWrite is a renewal sent whose answer was lost.
+type PendingWrite struct {
+	Nonce          string `json:"nonce"`
+	SentBoottimeNs int64  `json:"sentBoottimeNs"`
 }
 
 // HandOff stops renewing without releasing and returns what another process
@@ -43,19 +55,27 @@ func (p *Provider) HandOff(ctx context.Context) (Handoff, error) {
 	if !errors.Is(p.err, ErrClosed) {
 		return Handoff{}, p.err // lost before the renew loop stopped
 	}
-	left := p.deadline.Sub(p.cfg.Clock.Now())
+	// Read the host clock first: a pause between the two readings then
+	// shortens the inherited validity instead of stretching it.
+	boot := clock.SystemBoottime()
+	now := p.cfg.Clock.Now()
+	left := p.deadline.Sub(now)
 	if left <= 0 {
 		return Handoff{}, &LostError{Instance: p.instance, Reason: "self-fence deadline passed during the hand-off"}
 	}
 	h := Handoff{
-		TaskID:                p.cfg.TaskID,
-		ClusterSize:           p.cfg.ClusterSize,
-		Instance:              p.instance,
-		ETag:                  p.etag,
-		PreviousGraceful:      p.graceful,
-		KnownVersions:         p.known.Clone(),
-		ValidUntilMonotonicNs: int64(clock.SystemMonotonic() + left),
+		TaskID:               p.cfg.TaskID,
+		ClusterSize:          p.cfg.ClusterSize,
+		Instance:             p.instance,
+		ETag:                 p.etag,
+		PreviousGraceful:     p.graceful,
+		KnownVersions:        p.known.Clone(),
+		ValidUntilBoottimeNs: int64(boot + left),
 	}
+	for nonce, sent := range p.pending {
+		h.Pending = append(h.Pending, PendingWrite{Nonce: nonce, SentBoottimeNs: int64(boot - now.Sub(sent))})
+	}
+	sort.Slice(h.Pending, func(i, j int) bool { return h.Pending[i].Nonce < h.Pending[j].Nonce })
 	p.log.Info("handed off node id", "node_id", h.Instance.ID, "version", int64(h.Instance.Version), "valid_for", left.Round(time.Millisecond))
 	p.emit(Event{Kind: EventHandedOff, Instance: h.Instance})
 	return h, nil
@@ -73,7 +93,11 @@ func (p *Provider) Adopt(ctx context.Context, h Handoff) (NodeInstance, error) {
 	if h.ETag == "" || h.Instance.Version < 1 {
 		return NodeInstance{}, fmt.Errorf("%w: hand-off without an ETag or version", ErrInvalidConfig)
 	}
-	left := time.Duration(h.ValidUntilMonotonicNs) - clock.SystemMonotonic()
+	// Read our clock first: a pause between the two readings then shortens
+	// the inherited validity instead of stretching it.
+	now := p.cfg.Clock.Now()
+	boot := clock.SystemBoottime()
+	left := time.Duration(h.ValidUntilBoottimeNs) - boot
 	if left <= 0 {
 		return NodeInstance{}, &LostError{Instance: h.Instance, Reason: fmt.Sprintf("hand-off expired %v ago", (-left).Round(time.Millisecond))}
 	}
@@ -82,7 +106,6 @@ func (p *Provider) Adopt(ctx context.Context, h Handoff) (NodeInstance, error) {
 		p.mu.Unlock()
 		return NodeInstance{}, errors.New("nodeid: Adopt on a provider that is not idle")
 	}
-	now := p.cfg.Clock.Now()
 	p.state = stateHolding
 	p.instance = h.Instance
 	p.etag = h.ETag
@@ -94,6 +117,9 @@ func (p *Provider) Adopt(ctx context.Context, h Handoff) (NodeInstance, error) {
 		p.known = VersionMappings{}
 	}
 	p.known.Observe(h.Instance.ID, h.Instance.Version)
+	for _, w := range h.Pending {
+		p.pending[w.Nonce] = now.Add(time.Duration(w.SentBoottimeNs) - boot)
+	}
 	p.ready = h.PreviousGraceful || p.cfg.ReadinessTimeout == 0
 	p.mu.Unlock()
 

@@ -58,7 +58,7 @@ func TestAdoptRefusesAnExpiredOrForeignHandOff(t *testing.T) {
 		t.Fatalf("foreign hand-off: %v", err)
 	}
 	expired := h
-	expired.ValidUntilMonotonicNs = 1
+	expired.ValidUntilBoottimeNs = 1
 	late := newProvider(t, repo, fastConfig(t, "task-1", 1, nil))
 	if _, err := late.Adopt(context.Background(), expired); !errors.Is(err, nodeid.ErrLeaseLost) {
 		t.Fatalf("expired hand-off: %v", err)

@@ -196,14 +196,19 @@ func TestConfigValidation(t *testing.T) {
 		t.Fatalf("nil repository: %v", err)
 	}
 	cases := map[string]func(*nodeid.Config){
-		"empty task id":               func(c *nodeid.Config) { c.TaskID = "" },
-		"task id with a space":        func(c *nodeid.Config) { c.TaskID = "a b" },
-		"task id not ascii":           func(c *nodeid.Config) { c.TaskID = "tâche" },
-		"cluster size 0":              func(c *nodeid.Config) { c.ClusterSize = 0 },
-		"negative cluster size":       func(c *nodeid.Config) { c.ClusterSize = -2 },
-		"allowed id out of range":     func(c *nodeid.Config) { c.AllowedIDs = []int{3} },
-		"allowed id twice":            func(c *nodeid.Config) { c.AllowedIDs = []int{1, 1} },
-		"negative lease":              func(c *nodeid.Config) { c.LeaseDuration = -time.Second },
+		"empty task id":           func(c *nodeid.Config) { c.TaskID = "" },
+		"task id with a space":    func(c *nodeid.Config) { c.TaskID = "a b" },
+		"task id not ascii":       func(c *nodeid.Config) { c.TaskID = "tâche" },
+		"cluster size 0":          func(c *nodeid.Config) { c.ClusterSize = 0 },
+		"negative cluster size":   func(c *nodeid.Config) { c.ClusterSize = -2 },
+		"allowed id out of range": func(c *nodeid.Config) { c.AllowedIDs = []int{3} },
+		"allowed id twice":        func(c *nodeid.Config) { c.AllowedIDs = []int{1, 1} },
+		"negative lease":          func(c *nodeid.Config) { c.LeaseDuration = -time.Second },
+		"lease below two server ticks": func(c *nodeid.Config) {
+			c.LeaseDuration, c.RenewInterval, c.SafetyMargin, c.RequestTimeout = 1500*time.Millisecond, 400*time.Millisecond, 300*time.Millisecond, 200*time.Millisecond
+		},
+		"margin below L/20":           func(c *nodeid.Config) { c.SafetyMargin = 700 * time.Millisecond },
+		"margin below 100ms":          func(c *nodeid.Config) { c.LeaseDuration, c.SafetyMargin = 2*time.Second, 50*time.Millisecond },
 		"renew interval too long":     func(c *nodeid.Config) { c.RenewInterval = 7 * time.Second },
 		"margin as long as the lease": func(c *nodeid.Config) { c.SafetyMargin = 15 * time.Second },
 		"request timeout >= renew":    func(c *nodeid.Config) { c.RequestTimeout = 5 * time.Second },

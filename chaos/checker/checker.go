@@ -1,6 +1,6 @@
 // Package checker verifies the safety invariants of a chaos experiment from
 // what the test brokers left behind: their event logs (one JSON-lines file
-// per task, every write stamped with the host's CLOCK_MONOTONIC) and the
+// per task, every write stamped with the host's CLOCK_BOOTTIME) and the
 // versioned data directories node-N/vK.
 //
 // The checker trusts no process's own claim of holding a lease: it judges
@@ -31,7 +31,7 @@ const (
 )
 
 // Event is one line of a broker's event log. Monotonic readings are
-// nanoseconds of the system-wide CLOCK_MONOTONIC (clock.SystemMonotonic), so
+// nanoseconds of the system-wide CLOCK_BOOTTIME (clock.SystemBoottime), so
 // events of different processes on one host can be ordered.
 type Event struct {
 	Kind    string `json:"kind"`

@@ -120,7 +120,7 @@ func (b *broker) event(e checker.Event) {
 }
 
 func (b *broker) loop() int {
-	b.event(checker.Event{Kind: checker.KindStart, Mono: int64(clock.SystemMonotonic()),
+	b.event(checker.Event{Kind: checker.KindStart, Mono: int64(clock.SystemBoottime()),
 		Graceful: os.Getenv("NODE_PREVIOUS_GRACEFUL") == "true", PID: os.Getpid()})
 	term := make(chan os.Signal, 1)
 	signal.Notify(term, syscall.SIGTERM, syscall.SIGINT)
@@ -130,10 +130,10 @@ func (b *broker) loop() int {
 	for {
 		select {
 		case <-term:
-			b.event(checker.Event{Kind: checker.KindStop, Mono: int64(clock.SystemMonotonic()), Reason: "sigterm"})
+			b.event(checker.Event{Kind: checker.KindStop, Mono: int64(clock.SystemBoottime()), Reason: "sigterm"})
 			return exitOK
 		case <-stop:
-			b.event(checker.Event{Kind: checker.KindStop, Mono: int64(clock.SystemMonotonic()), Reason: "max run"})
+			b.event(checker.Event{Kind: checker.KindStop, Mono: int64(clock.SystemBoottime()), Reason: "max run"})
 			return exitOK
 		case <-tick.C:
 		}
@@ -147,24 +147,24 @@ func (b *broker) loop() int {
 // immediately before the write so that nothing but a preemption can come
 // between them; the design's margin m covers that.
 func (b *broker) write() (int, bool) {
-	begin := clock.SystemMonotonic()
+	begin := clock.SystemBoottime()
 	l, err := leasefile.Check(b.lease)
 	if err != nil {
-		b.event(checker.Event{Kind: checker.KindStop, Mono: int64(clock.SystemMonotonic()), Reason: "lease not valid: " + err.Error()})
+		b.event(checker.Event{Kind: checker.KindStop, Mono: int64(clock.SystemBoottime()), Reason: "lease not valid: " + err.Error()})
 		return exitLeaseLost, false
 	}
 	if l.NodeID != b.node || l.Version != b.version {
-		b.event(checker.Event{Kind: checker.KindStop, Mono: int64(clock.SystemMonotonic()),
+		b.event(checker.Event{Kind: checker.KindStop, Mono: int64(clock.SystemBoottime()),
 			Reason: fmt.Sprintf("lease file names node %d v%d", l.NodeID, l.Version)})
 		return exitLeaseLost, false
 	}
 	b.seq++
 	rec, _ := json.Marshal(checker.Record{Node: b.node, Version: b.version, Task: b.task, Seq: b.seq})
 	if _, err := b.data.Write(append(rec, '\n')); err != nil {
-		b.event(checker.Event{Kind: checker.KindStop, Mono: int64(clock.SystemMonotonic()), Reason: "write: " + err.Error()})
+		b.event(checker.Event{Kind: checker.KindStop, Mono: int64(clock.SystemBoottime()), Reason: "write: " + err.Error()})
 		return exitError, false
 	}
 	b.event(checker.Event{Kind: checker.KindWrite, Seq: b.seq, Begin: int64(begin),
-		Mono: int64(clock.SystemMonotonic()), ValidUntil: l.ValidUntilMonotonicNs})
+		Mono: int64(clock.SystemBoottime()), ValidUntil: l.ValidUntilBoottimeNs})
 	return 0, true
 }

@@ -82,7 +82,7 @@ func cmdAcquire(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := writeFileAtomic(s.envFile, []byte(strings.Join(env, "\n")+"\n"), 0o644); err != nil {
 		return fmt.Errorf("env file: %w", err)
 	}
-	left := time.Duration(h.ValidUntilMonotonicNs) - monotonicNow()
+	left := time.Duration(h.ValidUntilBoottimeNs) - boottimeNow()
 	sess.log.Info("node id acquired and handed off", "node_id", inst.ID, "version", int64(inst.Version),
 		"env_file", s.envFile, "handoff_file", s.handoffFile, "adopt_within", left.Round(time.Millisecond))
 	return nil

@@ -84,7 +84,7 @@ func defaultHandoff(envFile string) string {
 	return filepathJoinDir(envFile, "nodeid-handoff.json")
 }
 
-func monotonicNow() time.Duration { return clock.SystemMonotonic() }
+func boottimeNow() time.Duration { return clock.SystemBoottime() }
 
 // signalContext is cancelled by SIGTERM or SIGINT.
 func signalContext(ctx context.Context) (context.Context, context.CancelFunc) {

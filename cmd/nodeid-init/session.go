@@ -130,7 +130,7 @@ func (sess *session) handleEvent(e nodeid.Event) {
 	switch e.Kind {
 	case nodeid.EventAcquired, nodeid.EventRenewed:
 		l.State = leasefile.StateHeld
-		l.ValidUntilMonotonicNs = int64(clock.SystemMonotonic() + e.Deadline.Sub(sess.cfg.Clock.Now()))
+		l.ValidUntilBoottimeNs = int64(clock.SystemBoottime() + e.Deadline.Sub(sess.cfg.Clock.Now()))
 	case nodeid.EventLost:
 		l.State = leasefile.StateLost
 	case nodeid.EventReleased:
