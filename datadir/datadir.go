@@ -620,7 +620,7 @@ func planPrepare(node *os.Root, nodePath string, k nodeid.Version, c Cluster) (p
 	}
 	switch {
 	case newer != "":
-		return plan{}, fmt.Errorf("%w: %s is valid, above version %d being prepared; nothing was changed", ErrNewerVersion, newer, k)
+		return plan{}, fmt.Errorf("%w: %s is valid, above version %d being prepared", ErrNewerVersion, newer, k)
 	case targetSt == stateValid:
 		return plan{}, fmt.Errorf("%w: %s", ErrVersionUsed, filepath.Join(nodePath, versionDirName(k)))
 	case targetSt == stateNotOurs || targetSt == stateBadMarker:
