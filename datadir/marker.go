@@ -39,19 +39,23 @@ var (
 	errBadMarker = errors.New("datadir: no valid marker")
 )
 
+// errBadFile is a small file (marker, in-progress or ownership file) that is
+// not a regular file or too large to be one.
+var errBadFile = errors.New("not a small regular file")
+
 // maxMarkerSize bounds what is read: a real marker is about 100 bytes.
 const maxMarkerSize = 4096
 
 // readSmallFile reads a regular file of at most maxMarkerSize bytes. A
 // missing file is fs.ErrNotExist; a file that is not regular or too large is
-// errBadMarker.
+// errBadFile.
 func readSmallFile(r *os.Root, name string) ([]byte, error) {
 	fi, err := r.Lstat(name)
 	if err != nil {
 		return nil, err
 	}
 	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%w: %s is not a regular file", errBadMarker, name)
+		return nil, fmt.Errorf("%s: %w", name, errBadFile)
 	}
 	f, err := r.Open(name)
 	if err != nil {
@@ -63,7 +67,7 @@ func readSmallFile(r *os.Root, name string) ([]byte, error) {
 		return nil, fmt.Errorf("reading %s: %w", name, err)
 	}
 	if len(b) > maxMarkerSize {
-		return nil, fmt.Errorf("%w: %s is too large", errBadMarker, name)
+		return nil, fmt.Errorf("%s is too large: %w", name, errBadFile)
 	}
 	return b, nil
 }
@@ -87,8 +91,8 @@ func readMarker(node *os.Root, dir string, v nodeid.Version) (Marker, error) {
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return Marker{}, fmt.Errorf("%w: %s missing", errNoMarker, name)
-	case errors.Is(err, errBadMarker):
-		return Marker{}, err
+	case errors.Is(err, errBadFile):
+		return Marker{}, fmt.Errorf("%w: %v", errBadMarker, err)
 	case err != nil:
 		return Marker{}, fmt.Errorf("datadir: %w", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"path"
+	"path/filepath"
 	"strings"
 
 	"github.com/nodeid/nodeid/nodeid"
@@ -46,8 +47,8 @@ func readOwner(root *os.Root, rootPath string) (c Cluster, ok bool, err error) {
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return Cluster{}, false, nil
-	case errors.Is(err, errBadMarker):
-		return Cluster{}, false, fmt.Errorf("%w: %s: %v", ErrForeignCluster, path.Join(rootPath, OwnerName), err)
+	case errors.Is(err, errBadFile):
+		return Cluster{}, false, fmt.Errorf("%w: %s names no cluster: %v", ErrForeignCluster, rootPath, err)
 	case err != nil:
 		return Cluster{}, false, fmt.Errorf("datadir: %w", err)
 	}
@@ -57,7 +58,7 @@ func readOwner(root *os.Root, rootPath string) (c Cluster, ok bool, err error) {
 	}
 	if err := decodeStrict(b, &w); err != nil || w.Bucket == nil || *w.Bucket == "" || w.Prefix == nil {
 		return Cluster{}, false, fmt.Errorf("%w: %s names no cluster (want {\"bucket\":...,\"prefix\":...}): %q",
-			ErrForeignCluster, path.Join(rootPath, OwnerName), b)
+			ErrForeignCluster, filepath.Join(rootPath, OwnerName), b)
 	}
 	return Cluster{Bucket: *w.Bucket, Prefix: *w.Prefix}, true, nil
 }
@@ -90,7 +91,7 @@ func claimOwner(root *os.Root, rootPath string, c Cluster, log *slog.Logger) err
 	_, _ = rand.Read(rnd[:])
 	tmp := "." + OwnerName + "." + hex.EncodeToString(rnd[:])
 	if err := writeSynced(root, tmp, b, os.O_EXCL); err != nil {
-		return fmt.Errorf("datadir: writing %s: %w", path.Join(rootPath, tmp), err)
+		return fmt.Errorf("datadir: writing %s: %w", filepath.Join(rootPath, tmp), err)
 	}
 	defer root.Remove(tmp)
 	switch err := root.Link(tmp, OwnerName); {
@@ -163,7 +164,7 @@ func writeInProgress(node *os.Root, dir string, v nodeid.Version, c Cluster, fla
 func ownLeftover(node *os.Root, dir string, v nodeid.Version, c Cluster) (bool, error) {
 	b, err := readSmallFile(node, path.Join(dir, PreparingName))
 	switch {
-	case errors.Is(err, fs.ErrNotExist), errors.Is(err, errBadMarker):
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, errBadFile):
 		return false, nil
 	case err != nil:
 		return false, fmt.Errorf("datadir: %w", err)

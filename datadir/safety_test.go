@@ -422,6 +422,15 @@ func TestForeignClusterIsRefused(t *testing.T) {
 	if _, _, err := Prepare(context.Background(), root, inst(0, 3), Options{Logger: quiet, Cluster: clusterA}); !errors.Is(err, ErrForeignCluster) {
 		t.Errorf("unreadable %s: err = %v, want ErrForeignCluster", OwnerName, err)
 	}
+	if err := os.Remove(filepath.Join(root, OwnerName)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(root, OwnerName), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := Prepare(context.Background(), root, inst(0, 3), Options{Logger: quiet, Cluster: clusterA}); !errors.Is(err, ErrForeignCluster) {
+		t.Errorf("%s a directory: err = %v, want ErrForeignCluster", OwnerName, err)
+	}
 }
 
 // A root written before ownership was recorded (or by Camunda) is adopted.
