@@ -5,8 +5,9 @@
 // without noticing may keep writing into its own directory, so its successor
 // never uses that directory. Instead, Prepare creates a fresh vK from the
 // newest earlier version that was completely prepared, and marks it complete
-// with a marker file written last. A directory without a valid marker is the
-// leftover of a crash and is redone, never used.
+// with a marker file written last. A directory without a valid marker is
+// never used; it is removed only if it is positively this cluster's own
+// leftover (see PreparingName), and anything else is left in place.
 //
 // Files are hard-linked where sharing them cannot hurt: all files when the
 // previous holder released its lease gracefully (it has stopped writing),
@@ -41,6 +42,16 @@ var (
 	// marker. A version is handed out once; seeing it again means that two
 	// tasks believe they hold the same tenure, and neither may proceed.
 	ErrVersionUsed = errors.New("datadir: version already initialized")
+	// ErrNewerVersion reports a valid version above the target: the lease's
+	// version went backwards (its object deleted or reset), and preparing
+	// would start the node from older data and then collect the newer.
+	ErrNewerVersion = errors.New("datadir: a newer version is already initialized")
+	// ErrUnrecognized reports a version directory that is neither valid nor
+	// positively this cluster's own leftover, where Prepare would have to
+	// remove it or might skip newer data by ignoring it. It is left alone.
+	ErrUnrecognized = errors.New("datadir: unrecognized version directory")
+	// ErrForeignCluster reports a data root that belongs to another cluster.
+	ErrForeignCluster = errors.New("datadir: data root belongs to another cluster")
 	// ErrUnsafeSymlink reports a symbolic link that is absolute or resolves
 	// outside the version directory that holds it.
 	ErrUnsafeSymlink = errors.New("datadir: symlink leaves the data directory")
@@ -61,8 +72,9 @@ const (
 	markerMode              = fs.FileMode(0o640)
 )
 
-// Options configure Prepare. The zero value is usable: copy everything except
-// the marker, keep two versions, create directories 0750.
+// Options configure Prepare, and Collect (Keep, Cluster, Logger). The zero
+// value is usable: copy everything except the marker, keep two versions,
+// create directories 0750, no ownership check.
 type Options struct {
 	// PreviousGraceful reports that the previous holder released its lease
 	// gracefully and so no longer writes into its directory. Every file is
@@ -102,6 +114,13 @@ type Options struct {
 	// Logger receives progress and decisions; nil means slog.Default().
 	Logger *slog.Logger
 
+	// Cluster is the cluster this task belongs to (see Cluster). The zero
+	// value skips the ownership check, so two clusters pointed at one root
+	// would hard-link each other's files; set it whenever leases come from a
+	// shared bucket. It is also named in the in-progress file, and only
+	// leftovers naming it are removed.
+	Cluster Cluster
+
 	// ProgressInterval is how often progress (files and bytes done) is
 	// logged during a copy; zero means 5s.
 	ProgressInterval time.Duration
@@ -121,8 +140,8 @@ type Result struct {
 	Symlinks    int64 // symbolic links recreated
 	Skipped     int64 // entries left out: the source's marker, Options.Skip matches, special files
 
-	// Redone reports that the target existed without a valid marker (the
-	// leftover of a crashed preparation) and was removed first.
+	// Redone reports that the target existed as our own leftover of an
+	// interrupted preparation (or empty) and was removed first.
 	Redone bool
 
 	// Removed lists the directories removed by garbage collection.
@@ -146,6 +165,7 @@ type config struct {
 	workers       int
 	log           *slog.Logger
 	progress      time.Duration
+	cluster       Cluster
 }
 
 func (o Options) config() (*config, error) {
@@ -157,6 +177,7 @@ func (o Options) config() (*config, error) {
 		workers:       o.Workers,
 		log:           o.Logger,
 		progress:      o.ProgressInterval,
+		cluster:       o.Cluster,
 	}
 	var err error
 	if c.immutable, err = compilePatterns(o.Immutable); err != nil {
@@ -187,6 +208,9 @@ func (o Options) config() (*config, error) {
 		c.progress = defaultProgressInterval
 	case c.progress < 0:
 		return nil, fmt.Errorf("%w: ProgressInterval %v is negative", ErrInvalid, o.ProgressInterval)
+	}
+	if !c.cluster.set() && c.cluster.Prefix != "" {
+		return nil, fmt.Errorf("%w: Cluster has a prefix but no bucket", ErrInvalid)
 	}
 	if c.log == nil {
 		c.log = slog.Default()
@@ -241,11 +265,19 @@ func parseVersionDirName(name string) (nodeid.Version, bool) {
 // newest valid earlier version of the same node (or empty if there is none),
 // and then removes old versions as Collect does.
 //
-// It fails with ErrVersionUsed if the directory is already initialized: a
-// directory is prepared once, by the task that acquired the version. A
-// directory without a valid marker is removed and prepared again. The marker
-// is written only after the copy is validated and flushed to storage, so a
-// crash at any point leaves either no marker or a complete copy.
+// It refuses, touching nothing, when the data cannot be trusted to move
+// forward: ErrVersionUsed if the directory is already initialized (a
+// directory is prepared once, by the task that acquired the version),
+// ErrNewerVersion if a later version is (the lease's version went
+// backwards), ErrUnrecognized if a directory it would have to remove or
+// skip is not positively its own (see Collect), and ErrForeignCluster if
+// Options.Cluster is set and the root belongs to another cluster. A root
+// without an owner is claimed for Options.Cluster.
+//
+// The new directory holds PreparingName while it is being prepared, and the
+// marker is written only after the copy is validated and flushed to storage,
+// so a crash at any point leaves either a complete copy or a directory that
+// the next Prepare or Collect recognises as its own leftover.
 //
 // Garbage collection failures are logged, not returned: the directory is
 // ready by then and a cleanup problem must not keep the node from starting.
@@ -266,35 +298,50 @@ func Prepare(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 		return "", Result{}, err
 	}
 	defer rootDir.Close()
-	node, err := openNodeDir(rootDir, nodeDirName(inst.ID), cfg.dirMode, true)
+	log := cfg.log.With("node", inst.ID, "version", int64(inst.Version))
+	nodeName, nodePath := nodeDirName(inst.ID), filepath.Join(root, nodeDirName(inst.ID))
+	dir := Dir(root, inst)
+	target := versionDirName(inst.Version)
+
+	// Everything that can refuse is checked before anything is written.
+	claim, err := checkOwner(rootDir, root, cfg.cluster)
 	if err != nil {
 		return "", Result{}, err
 	}
-	defer node.Close()
-
-	log := cfg.log.With("node", inst.ID, "version", int64(inst.Version))
-	dir := Dir(root, inst)
-	target := versionDirName(inst.Version)
-	var res Result
-
-	// The target may exist: initialized (refuse), or a crash leftover (redo).
-	switch st, err := inspect(node, target, inst.Version); {
+	node, err := openNodeDir(rootDir, nodeName, 0, false)
+	var p plan
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		node = nil
 	case err != nil:
 		return "", Result{}, err
-	case st == stateValid:
-		return "", Result{}, fmt.Errorf("%w: %s", ErrVersionUsed, dir)
-	case st == stateInvalid:
+	default:
+		defer node.Close()
+		if p, err = planPrepare(node, nodePath, inst.Version, cfg.cluster); err != nil {
+			return "", Result{}, err
+		}
+	}
+
+	if claim {
+		if err := claimOwner(rootDir, root, cfg.cluster, log); err != nil {
+			return "", Result{}, err
+		}
+	}
+	if node == nil {
+		if node, err = openNodeDir(rootDir, nodeName, cfg.dirMode, true); err != nil {
+			return "", Result{}, err
+		}
+		defer node.Close()
+	}
+	var res Result
+	if p.target == stateLeftover || p.target == stateEmpty {
 		log.Warn("datadir: removing leftovers of an interrupted preparation", "dir", dir)
-		if err := node.RemoveAll(target); err != nil {
+		if err := removeUnfinished(node, target, p.target); err != nil {
 			return "", Result{}, fmt.Errorf("datadir: removing leftovers %s: %w", dir, err)
 		}
 		res.Redone = true
 	}
 
-	src, found, err := newestValidBelow(node, inst.Version)
-	if err != nil {
-		return "", Result{}, err
-	}
 	if err := node.Mkdir(target, cfg.dirMode); err != nil {
 		return "", Result{}, fmt.Errorf("datadir: creating %s: %w", dir, err)
 	}
@@ -302,15 +349,18 @@ func Prepare(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 	if err := node.Chmod(target, cfg.dirMode); err != nil {
 		return "", Result{}, fmt.Errorf("datadir: %w", err)
 	}
+	if err := writeInProgress(node, target, inst.Version, cfg.cluster, os.O_EXCL); err != nil {
+		return "", Result{}, fmt.Errorf("datadir: marking %s as in progress: %w", dir, err)
+	}
 
 	var from *nodeid.Version
-	if found {
+	if p.found {
+		src := p.source
 		res.HasSource, res.Source, from = true, src, &src
 		log.Info("datadir: preparing from previous version", "source", int64(src), "graceful", cfg.graceful)
-		srcName := versionDirName(src)
 		t := &tree{
 			ctx: ctx, cfg: cfg, log: log, node: node,
-			src: srcName, dst: target,
+			src: versionDirName(src), dst: target,
 			dstPath: dir,
 		}
 		if err := t.copyAndValidate(&res); err != nil {
@@ -334,8 +384,12 @@ func Prepare(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 	if err := writeMarker(node, target, m); err != nil {
 		return "", Result{}, fmt.Errorf("datadir: writing marker in %s: %w", dir, err)
 	}
+	// Valid now whatever happens to this file: a leftover copy is ignored.
+	if err := node.Remove(path.Join(target, PreparingName)); err != nil {
+		log.Warn("datadir: cannot remove the in-progress file", "dir", dir, "err", err)
+	}
 
-	removed, err := collect(ctx, node, filepath.Join(root, nodeDirName(inst.ID)), inst.Version, cfg.keep, log)
+	removed, err := collect(ctx, node, nodePath, inst.Version, cfg.keep, cfg.cluster, log)
 	res.Removed = removed
 	if err != nil {
 		log.Warn("datadir: garbage collection failed", "err", err)
@@ -348,14 +402,20 @@ func Prepare(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 	return dir, res, nil
 }
 
-// Collect removes old versions of inst's node: it keeps the newest keep valid
-// versions (zero means 2) and inst's own version, and removes every other
-// directory below inst's version, valid or not. Nothing at or above inst's
-// version is touched: a newer directory may be being prepared by the task
-// that holds the node now. It returns the removed directories and logs to
-// slog.Default().
-func Collect(ctx context.Context, root string, inst nodeid.NodeInstance, keep int) ([]string, error) {
-	keep, err := keepOrDefault(keep)
+// Collect removes old versions of inst's node. Below inst's version it
+// removes valid versions beyond the newest keep (Options.Keep, zero means
+// 2; inst's own version counts if valid), our own leftovers of interrupted
+// preparations (an in-progress file naming the version and Options.Cluster)
+// and empty directories. Everything else is not positively ours and is left
+// in place and logged: a marker it cannot read (perhaps a newer format), a
+// directory without a marker or in-progress file of ours, a file or symlink
+// named like a version. Nothing at or above inst's version is touched: a
+// newer directory may be being prepared by the task that holds the node
+// now. With Options.Cluster set, a root owned by another cluster is
+// ErrForeignCluster; Collect never claims a root. It returns the removed
+// directories.
+func Collect(ctx context.Context, root string, inst nodeid.NodeInstance, opts Options) ([]string, error) {
+	cfg, err := opts.config()
 	if err != nil {
 		return nil, err
 	}
@@ -367,6 +427,9 @@ func Collect(ctx context.Context, root string, inst nodeid.NodeInstance, keep in
 		return nil, err
 	}
 	defer rootDir.Close()
+	if _, err := checkOwner(rootDir, root, cfg.cluster); err != nil {
+		return nil, err
+	}
 	node, err := openNodeDir(rootDir, nodeDirName(inst.ID), 0, false)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -375,8 +438,8 @@ func Collect(ctx context.Context, root string, inst nodeid.NodeInstance, keep in
 		return nil, err
 	}
 	defer node.Close()
-	log := slog.Default().With("node", inst.ID, "version", int64(inst.Version))
-	return collect(ctx, node, filepath.Join(root, nodeDirName(inst.ID)), inst.Version, keep, log)
+	log := cfg.log.With("node", inst.ID, "version", int64(inst.Version))
+	return collect(ctx, node, filepath.Join(root, nodeDirName(inst.ID)), inst.Version, cfg.keep, cfg.cluster, log)
 }
 
 // openRoot checks root up front so that a misconfigured mount gives one clear
@@ -438,34 +501,53 @@ func openNodeDir(root *os.Root, name string, mode fs.FileMode, create bool) (*os
 type dirState int
 
 const (
-	stateMissing dirState = iota
-	stateInvalid          // present, but no valid marker: leftover of a crash
-	stateValid
+	stateMissing   dirState = iota
+	stateValid              // a directory with a valid marker
+	stateLeftover           // ours, unfinished: no valid marker, our in-progress file
+	stateEmpty              // an empty directory: removing it loses nothing
+	stateBadMarker          // a marker that cannot be read, not ours: perhaps valid in another format
+	stateNotOurs            // anything else without a valid marker: not ours to judge
 )
 
 // inspect classifies the entry name of the node directory as the directory of
-// version v. An error means the state could not be established (for example
-// an I/O error reading the marker); callers then must not remove anything.
-func inspect(node *os.Root, name string, v nodeid.Version) (dirState, error) {
+// version v; why says what is wrong with a directory that is not valid. An
+// error means the state could not be established (for example an I/O error
+// reading the marker); callers then must not remove anything.
+func inspect(node *os.Root, name string, v nodeid.Version, c Cluster) (st dirState, why string, err error) {
 	fi, err := node.Lstat(name)
 	if errors.Is(err, fs.ErrNotExist) {
-		return stateMissing, nil
+		return stateMissing, "", nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("datadir: %w", err)
+		return 0, "", fmt.Errorf("datadir: %w", err)
 	}
 	if !fi.IsDir() {
 		// A symlink or file named like a version was not made by Prepare.
-		return stateInvalid, nil
+		return stateNotOurs, "not a directory", nil
 	}
-	_, err = readMarker(node, name, v)
-	switch {
-	case err == nil:
-		return stateValid, nil
-	case errors.Is(err, errBadMarker):
-		return stateInvalid, nil
+	_, merr := readMarker(node, name, v)
+	if merr == nil {
+		return stateValid, "", nil
 	}
-	return 0, err
+	if !errors.Is(merr, errNoMarker) && !errors.Is(merr, errBadMarker) {
+		return 0, "", merr
+	}
+	switch ours, err := ownLeftover(node, name, v, c); {
+	case err != nil:
+		return 0, "", err
+	case ours:
+		return stateLeftover, merr.Error(), nil
+	}
+	switch empty, err := isEmpty(node, name); {
+	case err != nil:
+		return 0, "", err
+	case empty:
+		return stateEmpty, "empty", nil
+	}
+	if errors.Is(merr, errBadMarker) {
+		return stateBadMarker, merr.Error(), nil
+	}
+	return stateNotOurs, "no marker and no in-progress file of this cluster", nil
 }
 
 // versionDirs lists the version directories of node in descending order.
@@ -489,47 +571,87 @@ func versionDirs(node *os.Root) ([]nodeid.Version, error) {
 	return vs, nil
 }
 
-// newestValidBelow finds the source of a copy. An unreadable marker is an
-// error rather than a reason to fall back to an older version: silently
-// starting from older data would lose what the newer version holds.
-func newestValidBelow(node *os.Root, v nodeid.Version) (nodeid.Version, bool, error) {
+// plan is what Prepare found in the node directory.
+type plan struct {
+	target dirState       // stateMissing, stateLeftover or stateEmpty
+	source nodeid.Version // the newest valid version below the target
+	found  bool
+}
+
+// planPrepare decides, without writing, what Prepare of version k does, or
+// why it must not. Its source is the newest valid version below k; every
+// version above that source must be one that cannot hold newer data.
+func planPrepare(node *os.Root, nodePath string, k nodeid.Version, c Cluster) (plan, error) {
 	vs, err := versionDirs(node)
 	if err != nil {
-		return 0, false, err
+		return plan{}, err
 	}
-	for _, cand := range vs {
-		if cand >= v {
-			continue
-		}
-		st, err := inspect(node, versionDirName(cand), cand)
+	var (
+		p        plan
+		newer    string // the newest valid version above k
+		unknown  error  // the newest unreadable marker above the source
+		targetSt dirState
+		targetW  string
+	)
+	for _, v := range vs {
+		name := versionDirName(v)
+		dir := filepath.Join(nodePath, name)
+		st, why, err := inspect(node, name, v, c)
 		if err != nil {
-			return 0, false, err
+			return plan{}, err
 		}
-		if st == stateValid {
-			return cand, true, nil
+		switch {
+		case v > k && st == stateValid:
+			if newer == "" {
+				newer = dir
+			}
+		case v == k:
+			targetSt, targetW = st, why
+		case v < k && st == stateValid:
+			p.source, p.found = v, true
+		}
+		if st == stateBadMarker && unknown == nil {
+			unknown = fmt.Errorf("%w: %s has a marker that cannot be read (%s); it may be a newer version in another format, and is left in place",
+				ErrUnrecognized, dir, why)
+		}
+		if p.found {
+			break
 		}
 	}
-	return 0, false, nil
+	switch {
+	case newer != "":
+		return plan{}, fmt.Errorf("%w: %s is valid, above version %d being prepared", ErrNewerVersion, newer, k)
+	case targetSt == stateValid:
+		return plan{}, fmt.Errorf("%w: %s", ErrVersionUsed, filepath.Join(nodePath, versionDirName(k)))
+	case targetSt == stateNotOurs || targetSt == stateBadMarker:
+		return plan{}, fmt.Errorf("%w: %s exists without a valid marker and is not a leftover of this cluster (%s); it is left in place",
+			ErrUnrecognized, filepath.Join(nodePath, versionDirName(k)), targetW)
+	case unknown != nil:
+		return plan{}, unknown
+	}
+	p.target = targetSt
+	return p, nil
 }
 
 // collect implements Collect on an open node directory; nodePath is only for
 // messages.
-func collect(ctx context.Context, node *os.Root, nodePath string, current nodeid.Version, keep int, log *slog.Logger) ([]string, error) {
+func collect(ctx context.Context, node *os.Root, nodePath string, current nodeid.Version, keep int, c Cluster, log *slog.Logger) ([]string, error) {
 	vs, err := versionDirs(node)
 	if err != nil {
 		return nil, err
 	}
 	var (
-		removed []string
-		errs    []error
-		valid   int // valid versions seen so far, newest first
+		removed, notOurs []string
+		errs             []error
+		valid            int // valid versions seen so far, newest first
 	)
 	for _, v := range vs {
 		if err := ctx.Err(); err != nil {
 			return removed, err
 		}
 		name := versionDirName(v)
-		st, err := inspect(node, name, v)
+		p := filepath.Join(nodePath, name)
+		st, _, err := inspect(node, name, v, c)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -537,31 +659,84 @@ func collect(ctx context.Context, node *os.Root, nodePath string, current nodeid
 		if st == stateValid {
 			valid++
 		}
-		if v >= current || (st == stateValid && valid <= keep) {
+		if v >= current {
 			continue
 		}
-		if err := removeVersion(node, name, st == stateValid); err != nil {
+		switch st {
+		case stateValid:
+			if valid <= keep {
+				continue
+			}
+			err = removeValid(node, name, v, c)
+		case stateLeftover, stateEmpty:
+			err = removeUnfinished(node, name, st)
+		default:
+			notOurs = append(notOurs, p)
+			continue
+		}
+		if err != nil {
 			errs = append(errs, fmt.Errorf("datadir: removing %s: %w", name, err))
 			continue
 		}
-		p := filepath.Join(nodePath, name)
 		log.Info("datadir: removed old version", "dir", p, "wasValid", st == stateValid)
 		removed = append(removed, p)
+	}
+	if len(notOurs) > 0 {
+		log.Warn("datadir: not ours, left in place", "dirs", notOurs,
+			"why", "no valid marker and no in-progress file of this cluster; remove them by hand once checked")
 	}
 	return removed, errors.Join(errs...)
 }
 
-// removeVersion deletes the marker first, durably, so that a crash halfway
-// through the removal cannot leave a half-deleted directory that still looks
-// valid and would be chosen as a copy source.
-func removeVersion(node *os.Root, name string, valid bool) error {
-	if valid {
-		if err := node.Remove(path.Join(name, MarkerName)); err != nil {
-			return err
+// removeValid turns a valid directory into our leftover before deleting it:
+// the in-progress file first, then the marker, each durably. A crash at any
+// point leaves a directory that is valid (a complete copy) or ours, never one
+// that is half-deleted yet unrecognisable.
+func removeValid(node *os.Root, name string, v nodeid.Version, c Cluster) error {
+	if err := writeInProgress(node, name, v, c, os.O_TRUNC); err != nil {
+		return err
+	}
+	if err := node.Remove(path.Join(name, MarkerName)); err != nil {
+		return err
+	}
+	if err := syncDir(node, name); err != nil {
+		return err
+	}
+	return removeLeftover(node, name)
+}
+
+// removeUnfinished removes our leftover or an empty directory; the latter
+// with rmdir(2), which fails if anything was written into it meanwhile.
+func removeUnfinished(node *os.Root, name string, st dirState) error {
+	if st == stateEmpty {
+		return node.Remove(name)
+	}
+	return removeLeftover(node, name)
+}
+
+// removeLeftover deletes everything but the in-progress file, then it, then
+// the directory, so a crash halfway leaves a directory still recognisably
+// ours, or empty.
+func removeLeftover(node *os.Root, name string) error {
+	d, err := node.Open(name)
+	if err != nil {
+		return err
+	}
+	names, err := d.Readdirnames(-1)
+	d.Close()
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		if n == PreparingName {
+			continue
 		}
-		if err := syncDir(node, name); err != nil {
+		if err := node.RemoveAll(path.Join(name, n)); err != nil {
 			return err
 		}
 	}
-	return node.RemoveAll(name)
+	if err := node.Remove(path.Join(name, PreparingName)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return node.Remove(name)
 }

@@ -222,13 +222,14 @@ func TestSourceIsNewestValidBelow(t *testing.T) {
 	root := t.TempDir()
 	makeVersion(t, root, 2, 1, map[string]string{"from": "v1"}, 1)
 	makeVersion(t, root, 2, 2, map[string]string{"from": "v2"}, 2)
-	makeVersion(t, root, 2, 3, map[string]string{"from": "v3 no marker"}, -1)
-	makeVersion(t, root, 2, 4, map[string]string{"from": "v4 marker for v3"}, 3)
-	v5 := makeVersion(t, root, 2, 5, map[string]string{"from": "v5 corrupt"}, -1)
+	makeVersion(t, root, 2, 3, map[string]string{"from": "v3 no marker, not ours"}, -1)
+	v4 := makeVersion(t, root, 2, 4, map[string]string{"from": "v4 our leftover"}, -1)
+	writePreparing(t, v4, 4, Cluster{})
+	v5 := makeVersion(t, root, 2, 5, map[string]string{"from": "v5 our leftover, corrupt marker"}, -1)
+	writePreparing(t, v5, 5, Cluster{})
 	writeFiles(t, v5, map[string]string{MarkerName: `{"initializedAt":"2025-01-01T00:00:00Z","vers`})
-	v6 := makeVersion(t, root, 2, 6, map[string]string{"from": "v6 no version field"}, -1)
-	writeFiles(t, v6, map[string]string{MarkerName: `{"initializedAt":"2025-01-01T00:00:00Z"}`})
-	makeVersion(t, root, 2, 9, map[string]string{"from": "v9 newer"}, 9)
+	makeVersion(t, root, 2, 6, nil, -1) // empty
+	makeVersion(t, root, 2, 9, map[string]string{"from": "v9 newer, no marker"}, -1)
 	// Not version directories: ignored.
 	makeVersion(t, root, 2, 0, nil, -1)
 	writeFiles(t, filepath.Join(root, "node-2"), map[string]string{"v08/" + MarkerName: `{}`, "vx/a": "", "notes": ""})
@@ -238,13 +239,13 @@ func TestSourceIsNewestValidBelow(t *testing.T) {
 		t.Fatalf("source = %v/%d, want v2", res.HasSource, res.Source)
 	}
 	equalMaps(t, contents(t, dir), map[string]string{"from": "v2"})
-	// Invalid directories below the current version are garbage.
-	for _, v := range []string{"v0", "v3", "v4", "v5", "v6"} {
+	// Our leftovers and empty directories below the current version go.
+	for _, v := range []string{"v0", "v4", "v5", "v6"} {
 		if exists(t, filepath.Join(root, "node-2", v)) {
-			t.Errorf("invalid %s not removed", v)
+			t.Errorf("%s not removed", v)
 		}
 	}
-	for _, v := range []string{"v1", "v2", "v9", "v08", "vx", "notes"} {
+	for _, v := range []string{"v1", "v2", "v3", "v9", "v08", "vx", "notes"} {
 		if !exists(t, filepath.Join(root, "node-2", v)) {
 			t.Errorf("%s removed", v)
 		}
@@ -275,6 +276,7 @@ func TestLeftoversAreRedone(t *testing.T) {
 			root := t.TempDir()
 			makeVersion(t, root, 0, 1, map[string]string{"a": "alpha", "sub/b": "beta"}, 1)
 			target := makeVersion(t, root, 0, 2, map[string]string{"a": "half", "junk/x": "leftover"}, -1)
+			writePreparing(t, target, 2, Cluster{})
 			switch tc.marker {
 			case "":
 			case "-":
@@ -507,9 +509,9 @@ func TestSymlinkedDirectoriesAreNotFollowed(t *testing.T) {
 		if got := contents(t, dir); len(got) != 0 {
 			t.Errorf("target holds %v", got)
 		}
-		// GC removed the link below the current version, not its target.
-		if exists(t, filepath.Join(root, "node-0", "v1")) {
-			t.Error("symlink v1 not removed")
+		// GC leaves the link alone: Prepare did not make it.
+		if !exists(t, filepath.Join(root, "node-0", "v1")) {
+			t.Error("symlink v1 removed")
 		}
 		equalMaps(t, contents(t, outside), map[string]string{"secret": "s"})
 		if !exists(t, filepath.Join(outside, MarkerName)) {
@@ -651,6 +653,7 @@ func TestInvalidArgumentsTouchNothing(t *testing.T) {
 		{"empty pattern", inst(0, 1), Options{Skip: []string{""}}},
 		{"negative workers", inst(0, 1), Options{Workers: -1}},
 		{"negative progress interval", inst(0, 1), Options{ProgressInterval: -time.Second}},
+		{"cluster prefix without a bucket", inst(0, 1), Options{Cluster: Cluster{Prefix: "prod/"}}},
 		{"negative id", inst(-1, 1), Options{}},
 		{"negative version", inst(0, -1), Options{}},
 	} {
@@ -687,7 +690,7 @@ func TestBadRoot(t *testing.T) {
 			if !errors.Is(err, ErrRoot) {
 				t.Fatalf("err = %v, want ErrRoot", err)
 			}
-			if _, err := Collect(context.Background(), root, inst(0, 1), 0); !errors.Is(err, ErrRoot) {
+			if _, err := Collect(context.Background(), root, inst(0, 1), Options{}); !errors.Is(err, ErrRoot) {
 				t.Fatalf("Collect: err = %v, want ErrRoot", err)
 			}
 		})
@@ -713,14 +716,14 @@ func versionsOf(t *testing.T, root string, id int) []string {
 }
 
 func TestGarbageCollection(t *testing.T) {
-	// Valid v1, v2, v4, v5; v3 invalid (crashed); v8 invalid and newer: a
+	// Valid v1, v2, v4, v5; v3 our leftover (crashed); v8 invalid and newer: a
 	// preparation by the task that holds the node after us may be running.
 	setup := func(t *testing.T) string {
 		root := t.TempDir()
 		for _, v := range []nodeid.Version{1, 2, 4, 5} {
 			makeVersion(t, root, 0, v, map[string]string{"v": fmt.Sprint(v)}, v)
 		}
-		makeVersion(t, root, 0, 3, map[string]string{"v": "3"}, -1)
+		writePreparing(t, makeVersion(t, root, 0, 3, map[string]string{"v": "3"}, -1), 3, Cluster{})
 		makeVersion(t, root, 0, 8, map[string]string{"partial": "8"}, -1)
 		return root
 	}
@@ -750,7 +753,7 @@ func TestGarbageCollection(t *testing.T) {
 		root := setup(t)
 		// A stale task with v2 collects: v5 and v4 are the newest valid
 		// versions; v2 is its own; v1 goes, v3 (invalid, newer) stays.
-		removed, err := Collect(context.Background(), root, inst(0, 2), 2)
+		removed, err := Collect(context.Background(), root, inst(0, 2), Options{Keep: 2})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -763,10 +766,10 @@ func TestGarbageCollection(t *testing.T) {
 	})
 	t.Run("invalid arguments", func(t *testing.T) {
 		root := setup(t)
-		if _, err := Collect(context.Background(), root, inst(0, 6), -1); !errors.Is(err, ErrInvalid) {
+		if _, err := Collect(context.Background(), root, inst(0, 6), Options{Keep: -1}); !errors.Is(err, ErrInvalid) {
 			t.Errorf("err = %v, want ErrInvalid", err)
 		}
-		if _, err := Collect(context.Background(), root, inst(0, -6), 1); !errors.Is(err, ErrInvalid) {
+		if _, err := Collect(context.Background(), root, inst(0, -6), Options{Keep: 1}); !errors.Is(err, ErrInvalid) {
 			t.Errorf("err = %v, want ErrInvalid", err)
 		}
 		if got := versionsOf(t, root, 0); len(got) != 6 {
@@ -774,7 +777,7 @@ func TestGarbageCollection(t *testing.T) {
 		}
 	})
 	t.Run("missing node directory", func(t *testing.T) {
-		removed, err := Collect(context.Background(), t.TempDir(), inst(4, 6), 1)
+		removed, err := Collect(context.Background(), t.TempDir(), inst(4, 6), Options{Keep: 1})
 		if err != nil || len(removed) != 0 {
 			t.Errorf("Collect = %v, %v", removed, err)
 		}

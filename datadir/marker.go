@@ -9,15 +9,18 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"strconv"
 	"time"
 
 	"github.com/nodeid/nodeid/nodeid"
 )
 
-// Marker is the content of MarkerName.
+// Marker is the content of MarkerName. Camunda reads version markers
+// strictly: add no fields.
 type Marker struct {
 	// InitializedAt is when the marker was written, by the preparing task's
-	// clock; informational only.
+	// clock; informational only. Written as an RFC 3339 string; read as that
+	// or as epoch milliseconds (Camunda's form).
 	InitializedAt time.Time `json:"initializedAt"`
 	// Version is the version of the directory that holds the marker. A marker
 	// naming another version (a directory renamed or copied by hand) does not
@@ -28,55 +31,87 @@ type Marker struct {
 	InitializedFrom *nodeid.Version `json:"initializedFrom"`
 }
 
-// errBadMarker marks a marker that is missing, unparseable or for another
-// version: the directory is invalid. Other errors (I/O) leave the state
-// unknown.
-var errBadMarker = errors.New("datadir: no valid marker")
+// Why a version directory has no valid marker: errNoMarker (none at all) or
+// errBadMarker (one that is unparseable or for another version). Other
+// errors (I/O) leave the state unknown.
+var (
+	errNoMarker  = errors.New("datadir: no marker")
+	errBadMarker = errors.New("datadir: no valid marker")
+)
+
+// errBadFile is a small file (marker, in-progress or ownership file) that is
+// not a regular file or too large to be one.
+var errBadFile = errors.New("not a small regular file")
 
 // maxMarkerSize bounds what is read: a real marker is about 100 bytes.
 const maxMarkerSize = 4096
 
-// readMarker reads and checks the marker of the version directory dir.
-func readMarker(node *os.Root, dir string, v nodeid.Version) (Marker, error) {
-	name := path.Join(dir, MarkerName)
-	fi, err := node.Lstat(name)
-	if errors.Is(err, fs.ErrNotExist) {
-		return Marker{}, fmt.Errorf("%w: %s missing", errBadMarker, name)
-	}
+// readSmallFile reads a regular file of at most maxMarkerSize bytes. A
+// missing file is fs.ErrNotExist; a file that is not regular or too large is
+// errBadFile.
+func readSmallFile(r *os.Root, name string) ([]byte, error) {
+	fi, err := r.Lstat(name)
 	if err != nil {
-		return Marker{}, fmt.Errorf("datadir: %w", err)
+		return nil, err
 	}
 	if !fi.Mode().IsRegular() {
-		return Marker{}, fmt.Errorf("%w: %s is not a regular file", errBadMarker, name)
+		return nil, fmt.Errorf("%s: %w", name, errBadFile)
 	}
-	f, err := node.Open(name)
+	f, err := r.Open(name)
 	if err != nil {
-		return Marker{}, fmt.Errorf("datadir: %w", err)
+		return nil, err
 	}
 	defer f.Close()
 	b, err := io.ReadAll(io.LimitReader(f, maxMarkerSize+1))
 	if err != nil {
-		return Marker{}, fmt.Errorf("datadir: reading %s: %w", name, err)
+		return nil, fmt.Errorf("reading %s: %w", name, err)
 	}
 	if len(b) > maxMarkerSize {
-		return Marker{}, fmt.Errorf("%w: %s is too large", errBadMarker, name)
+		return nil, fmt.Errorf("%s is too large: %w", name, errBadFile)
+	}
+	return b, nil
+}
+
+// decodeStrict decodes exactly one JSON value.
+func decodeStrict(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("trailing data")
+	}
+	return nil
+}
+
+// readMarker reads and checks the marker of the version directory dir.
+func readMarker(node *os.Root, dir string, v nodeid.Version) (Marker, error) {
+	name := path.Join(dir, MarkerName)
+	b, err := readSmallFile(node, name)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return Marker{}, fmt.Errorf("%w: %s missing", errNoMarker, name)
+	case errors.Is(err, errBadFile):
+		return Marker{}, fmt.Errorf("%w: %v", errBadMarker, err)
+	case err != nil:
+		return Marker{}, fmt.Errorf("datadir: %w", err)
 	}
 	// Pointers distinguish a missing field from a zero one: a truncated
 	// write must not pass as version 0.
 	var w struct {
-		InitializedAt   *time.Time      `json:"initializedAt"`
+		InitializedAt   json.RawMessage `json:"initializedAt"`
 		Version         *nodeid.Version `json:"version"`
 		InitializedFrom *nodeid.Version `json:"initializedFrom"`
 	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	if err := dec.Decode(&w); err != nil {
+	if err := decodeStrict(b, &w); err != nil {
 		return Marker{}, fmt.Errorf("%w: %s: %v", errBadMarker, name, err)
-	}
-	if dec.More() {
-		return Marker{}, fmt.Errorf("%w: %s: trailing data", errBadMarker, name)
 	}
 	if w.Version == nil || w.InitializedAt == nil {
 		return Marker{}, fmt.Errorf("%w: %s: missing fields", errBadMarker, name)
+	}
+	at, err := parseInitializedAt(w.InitializedAt)
+	if err != nil {
+		return Marker{}, fmt.Errorf("%w: %s: initializedAt: %v", errBadMarker, name, err)
 	}
 	if *w.Version != v {
 		return Marker{}, fmt.Errorf("%w: %s names version %d", errBadMarker, name, *w.Version)
@@ -84,7 +119,22 @@ func readMarker(node *os.Root, dir string, v nodeid.Version) (Marker, error) {
 	if w.InitializedFrom != nil && *w.InitializedFrom >= v {
 		return Marker{}, fmt.Errorf("%w: %s: initializedFrom %d is not below %d", errBadMarker, name, *w.InitializedFrom, v)
 	}
-	return Marker{InitializedAt: *w.InitializedAt, Version: *w.Version, InitializedFrom: w.InitializedFrom}, nil
+	return Marker{InitializedAt: at, Version: *w.Version, InitializedFrom: w.InitializedFrom}, nil
+}
+
+// parseInitializedAt accepts the RFC 3339 string this package writes and the
+// integer epoch milliseconds Camunda writes.
+func parseInitializedAt(raw json.RawMessage) (time.Time, error) {
+	if len(raw) > 0 && raw[0] == '"' {
+		var t time.Time
+		err := json.Unmarshal(raw, &t)
+		return t, err
+	}
+	ms, err := strconv.ParseInt(string(raw), 10, 64)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%s is neither an RFC 3339 string nor integer epoch milliseconds", raw)
+	}
+	return time.UnixMilli(ms), nil
 }
 
 // writeMarker creates the marker exclusively, so two preparations of the

@@ -64,8 +64,9 @@ const (
 
 func (t *tree) classify(rel string, mode fs.FileMode) action {
 	switch {
-	case rel == MarkerName:
-		// The target gets its own marker, written last.
+	case rel == MarkerName || rel == PreparingName:
+		// The target gets its own, and a stale in-progress file in a valid
+		// source (a crash just after its marker) means nothing.
 		return actSkip
 	case matchAny(t.cfg.skip, rel):
 		return actSkip

@@ -608,12 +608,16 @@ func TestFailedPreparationAfterATakeoverLeavesTheLeaseToExpire(t *testing.T) {
 	if _, err := repo.Write(ctx, dead, rec.ETag); err != nil {
 		t.Fatal(err)
 	}
-	// v2 already initialized: the task that takes v2 cannot prepare it.
-	v2 := filepath.Join(c.root, "node-0", "v2")
-	if err := os.MkdirAll(v2, 0o750); err != nil {
+	// The dead holder's v1 holds a link out of the data directory: the task
+	// that takes v2 cannot prepare it.
+	v1 := filepath.Join(c.root, "node-0", "v1")
+	if err := os.MkdirAll(v1, 0o750); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(v2, "directory-initialized.json"), []byte(`{"initializedAt":"2026-11-30T00:00:00Z","version":2,"initializedFrom":null}`), 0o640); err != nil {
+	if err := os.WriteFile(filepath.Join(v1, "directory-initialized.json"), []byte(`{"initializedAt":"2026-11-30T00:00:00Z","version":1,"initializedFrom":null}`), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/etc/passwd", filepath.Join(v1, "evil")); err != nil {
 		t.Fatal(err)
 	}
 	tk := c.runTask("unlucky")
@@ -624,7 +628,77 @@ func TestFailedPreparationAfterATakeoverLeavesTheLeaseToExpire(t *testing.T) {
 	if err != nil || !got.Lease.Held() || got.Lease.TaskID != "unlucky" || got.Lease.Instance.Version != 2 {
 		t.Fatalf("lease after a failed preparation: %+v %v; want it still held by unlucky v2, to expire", got.Lease, err)
 	}
-	if !strings.Contains(tk.out.String(), "version already initialized") {
+	if !strings.Contains(tk.out.String(), "symlink leaves the data directory") {
 		t.Errorf("no reason given:\n%s", tk.out.String())
+	}
+}
+
+// A valid directory above the version acquired means the lease went
+// backwards. The task refuses with exit 6, changes nothing, and leaves the
+// lease to expire even though its predecessor released it: a release would
+// let the successor hard-link files whose writer is unknown.
+func TestDataRootWithANewerVersionIsRefusedAndTheLeaseLeftToExpire(t *testing.T) {
+	c := newCluster(t, s3test.StartVersity(t), 1)
+	repo := c.repo()
+	ctx := context.Background()
+	if err := nodeid.Initialize(ctx, repo, 1, "setup", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	v5 := filepath.Join(c.root, "node-0", "v5")
+	if err := os.MkdirAll(v5, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	marker := `{"initializedAt":1764547200123,"version":5,"initializedFrom":null}` // Camunda's form
+	if err := os.WriteFile(filepath.Join(v5, "directory-initialized.json"), []byte(marker), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	tk := c.runTask("behind")
+	if code := tk.wait(t, 20*time.Second); code != 6 {
+		t.Fatalf("exit code %d, want 6 (data root refused):\n%s", code, tk.out.String())
+	}
+	got, err := repo.Get(ctx, 0)
+	if err != nil || !got.Lease.Held() || got.Lease.TaskID != "behind" || got.Lease.Instance.Version != 1 {
+		t.Fatalf("lease after the refusal: %+v %v; want it still held by behind v1, to expire", got.Lease, err)
+	}
+	out := tk.out.String()
+	for _, want := range []string{"nodeid-init run: prepare data directory: datadir: a newer version is already initialized: " + v5, "went backwards", "left to expire"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	entries, _ := os.ReadDir(filepath.Join(c.root, "node-0"))
+	if len(entries) != 1 {
+		t.Errorf("node-0 holds %v, want only v5", entries)
+	}
+	if _, err := os.Stat(filepath.Join(c.root, "nodeid-cluster.json")); err == nil {
+		t.Error("the refusal claimed the data root")
+	}
+}
+
+// A data root claimed by another cluster (bucket and prefix) is refused
+// with exit 6; nothing is written to it and the lease is left to expire.
+func TestDataRootOfAnotherClusterIsRefused(t *testing.T) {
+	c := newCluster(t, s3test.StartVersity(t), 1)
+	owner := `{"bucket":"another-bucket","prefix":"e2e/"}`
+	if err := os.WriteFile(filepath.Join(c.root, "nodeid-cluster.json"), []byte(owner), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	envFile := filepath.Join(t.TempDir(), "node.env")
+	tk := c.start("stranger", nil, "acquire", "--env-file", envFile)
+	if code := tk.wait(t, 20*time.Second); code != 6 {
+		t.Fatalf("exit code %d, want 6 (data root refused):\n%s", code, tk.out.String())
+	}
+	if !strings.Contains(tk.out.String(), "belongs to s3://another-bucket/e2e/") {
+		t.Errorf("no reason given:\n%s", tk.out.String())
+	}
+	if entries, _ := os.ReadDir(c.root); len(entries) != 1 {
+		t.Errorf("data root holds %v, want only nodeid-cluster.json", entries)
+	}
+	if _, err := os.Stat(envFile); err == nil {
+		t.Error("env file written")
+	}
+	got, err := c.repo().Get(context.Background(), 0)
+	if err != nil || !got.Lease.Held() || got.Lease.TaskID != "stranger" {
+		t.Fatalf("lease after the refusal: %+v %v; want it still held, to expire", got.Lease, err)
 	}
 }

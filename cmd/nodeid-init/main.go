@@ -23,6 +23,7 @@ const (
 	exitLeaseLost      = nodeid.ExitCodeLeaseLost
 	exitNotEnforced    = 4 // the endpoint does not enforce conditional writes
 	exitAcquireTimeout = 5 // no node ID acquired before the acquire timeout
+	exitDataRefused    = 6 // the data root refused this lease's version or cluster
 )
 
 // usageError is bad input: exit code 2.
@@ -112,6 +113,8 @@ func exitCode(err error) int {
 		return exitAcquireTimeout
 	case errors.Is(err, nodeid.ErrLeaseLost):
 		return exitLeaseLost
+	case isDataRefusal(err):
+		return exitDataRefused
 	}
 	return exitError
 }
@@ -133,5 +136,6 @@ func printUsage(w io.Writer) {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "exit codes: 0 ok, 1 error, 2 usage or configuration, 3 lease lost,")
-	fmt.Fprintln(w, "            4 endpoint ignores conditional writes, 5 acquire timeout; run passes the child's code through")
+	fmt.Fprintln(w, "            4 endpoint ignores conditional writes, 5 acquire timeout, 6 data root refused;")
+	fmt.Fprintln(w, "            run passes the child's code through")
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -27,6 +28,10 @@ type session struct {
 	provider  *nodeid.Provider
 	metrics   *metrics
 	leaseFile string
+
+	// dataRefused is set when the data root refused this lease's version
+	// (see dataRefusal): the lease must then expire, not be released.
+	dataRefused bool
 
 	mu     sync.Mutex
 	onLost []func(error) // run before the loss is reported, e.g. kill the child
@@ -164,16 +169,48 @@ func (sess *session) prepareDataDir(ctx context.Context, inst nodeid.NodeInstanc
 		Skip:             sess.s.skip,
 		Keep:             sess.s.keepVersions,
 		Logger:           sess.log,
+		Cluster:          datadir.Cluster{Bucket: sess.s.bucket, Prefix: sess.s.prefix},
 	})
 	if err != nil {
 		if lerr := sess.provider.Err(); lerr != nil {
 			return "", lerr
+		}
+		if isDataRefusal(err) {
+			sess.dataRefused = true
+			return "", fmt.Errorf("prepare data directory: %w; %s", err, dataAdvice(err, inst))
 		}
 		return "", fmt.Errorf("prepare data directory: %w", err)
 	}
 	sess.log.Info("data directory ready", "node_id", inst.ID, "version", int64(inst.Version), "dir", dir,
 		"from_version", sourceVersion(res), "files_copied", res.FilesCopied, "files_linked", res.FilesLinked)
 	return dir, nil
+}
+
+// isDataRefusal reports that Prepare refused because of what is in the data
+// root. Retrying cannot help, so it exits 6, and the lease is left to expire:
+// a release would tell the successor it may hard-link files whose writer is
+// unknown.
+func isDataRefusal(err error) bool {
+	for _, r := range []error{datadir.ErrNewerVersion, datadir.ErrVersionUsed, datadir.ErrUnrecognized, datadir.ErrForeignCluster} {
+		if errors.Is(err, r) {
+			return true
+		}
+	}
+	return false
+}
+
+// dataAdvice tells the operator what to do about a data refusal.
+func dataAdvice(err error, inst nodeid.NodeInstance) string {
+	const left = "the data root is unchanged and the lease is left to expire"
+	switch {
+	case errors.Is(err, datadir.ErrNewerVersion), errors.Is(err, datadir.ErrVersionUsed):
+		return fmt.Sprintf("%s. The lease of node %d went backwards (its object was deleted, recreated or reset): "+
+			"keep that directory; every takeover raises the version by one, so node %d starts again once its version is above that directory's",
+			left, inst.ID, inst.ID)
+	case errors.Is(err, datadir.ErrUnrecognized):
+		return left + ". Check that directory by hand, and move it out of the node directory if it holds nothing needed"
+	}
+	return left + ". Check --data-root, --bucket and --prefix: one data root serves one cluster"
 }
 
 func sourceVersion(r datadir.Result) any {
@@ -188,11 +225,19 @@ func sourceVersion(r datadir.Result) any {
 // hard-link it: true when ours was prepared (a copy nobody writes), or when
 // our predecessor had released its lease. Otherwise the newest directory may
 // still belong to a stale holder, and the lease is left to expire instead, so
-// the successor copies rather than links.
+// the successor copies rather than links. After a data refusal it is left to
+// expire too: the data root's state is for an operator to sort out.
 func (sess *session) giveBack(prepared bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	p := sess.provider
+	if sess.dataRefused {
+		if _, err := p.HandOff(ctx); err == nil {
+			sess.log.Warn("lease left to expire: the data root refused this version",
+				"node_id", p.Instance().ID, "version", int64(p.Instance().Version))
+		}
+		return
+	}
 	if prepared || sess.s.dataRoot == "" || p.PreviousGracefullyShutdown() {
 		if err := p.Close(ctx); err != nil {
 			sess.log.Warn("release failed; the lease will expire", "err", err)

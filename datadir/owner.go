@@ -1,0 +1,198 @@
+package datadir
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+
+	"github.com/nodeid/nodeid/nodeid"
+)
+
+// Cluster identifies a cluster by where its leases live. Prepare records it
+// in OwnerName at the top of the root and refuses a root that names another
+// cluster, and it names it in the in-progress file of every directory it
+// prepares, so that only its own leftovers are ever removed.
+type Cluster struct {
+	Bucket string `json:"bucket"`
+	Prefix string `json:"prefix"`
+}
+
+func (c Cluster) set() bool { return c.Bucket != "" }
+
+func (c Cluster) String() string { return "s3://" + c.Bucket + "/" + c.Prefix }
+
+// OwnerName is the file at the top of the data root that names its cluster.
+const OwnerName = "nodeid-cluster.json"
+
+// PreparingName is the in-progress file: Prepare creates it first in a new
+// version directory and removes it after the marker. A directory without a
+// valid marker is removed only if this file names the directory's version
+// and our cluster; anything else may be someone's data.
+const PreparingName = ".nodeid-preparing"
+
+// readOwner returns the cluster named by root's OwnerName; ok is false if
+// there is none. A file that cannot be parsed names no cluster we could
+// safely claim over, so it is ErrForeignCluster.
+func readOwner(root *os.Root, rootPath string) (c Cluster, ok bool, err error) {
+	b, err := readSmallFile(root, OwnerName)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return Cluster{}, false, nil
+	case errors.Is(err, errBadFile):
+		return Cluster{}, false, fmt.Errorf("%w: %s names no cluster: %v", ErrForeignCluster, rootPath, err)
+	case err != nil:
+		return Cluster{}, false, fmt.Errorf("datadir: %w", err)
+	}
+	var w struct {
+		Bucket *string `json:"bucket"`
+		Prefix *string `json:"prefix"`
+	}
+	if err := decodeStrict(b, &w); err != nil || w.Bucket == nil || *w.Bucket == "" || w.Prefix == nil {
+		return Cluster{}, false, fmt.Errorf("%w: %s names no cluster (want {\"bucket\":...,\"prefix\":...}): %q",
+			ErrForeignCluster, filepath.Join(rootPath, OwnerName), b)
+	}
+	return Cluster{Bucket: *w.Bucket, Prefix: *w.Prefix}, true, nil
+}
+
+// checkOwner refuses a root owned by another cluster. claim reports that c
+// is set and the root has no owner yet; nothing is written here.
+func checkOwner(root *os.Root, rootPath string, c Cluster) (claim bool, err error) {
+	if !c.set() {
+		return false, nil
+	}
+	owner, ok, err := readOwner(root, rootPath)
+	if err != nil || !ok {
+		return err == nil, err
+	}
+	if owner != c {
+		return false, fmt.Errorf("%w: %s belongs to %s (%s), not %s", ErrForeignCluster, rootPath, owner, OwnerName, c)
+	}
+	return false, nil
+}
+
+// claimOwner writes OwnerName. The content is written to a temporary file
+// first and linked into place, so the file appears complete or not at all,
+// and two clusters claiming at once cannot both win.
+func claimOwner(root *os.Root, rootPath string, c Cluster, log *slog.Logger) error {
+	b, err := json.Marshal(c)
+	if err != nil {
+		return err
+	}
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	tmp := "." + OwnerName + "." + hex.EncodeToString(rnd[:])
+	if err := writeSynced(root, tmp, b, os.O_EXCL); err != nil {
+		return fmt.Errorf("datadir: writing %s: %w", filepath.Join(rootPath, tmp), err)
+	}
+	defer root.Remove(tmp)
+	switch err := root.Link(tmp, OwnerName); {
+	case errors.Is(err, fs.ErrExist):
+		// Claimed meanwhile: by us or by someone else.
+		_, err := checkOwner(root, rootPath, c)
+		return err
+	case err != nil:
+		return fmt.Errorf("datadir: %w", err)
+	}
+	if err := syncDir(root, "."); err != nil {
+		return fmt.Errorf("datadir: %w", err)
+	}
+	log.Info("datadir: data root claimed for this cluster", "root", rootPath, "cluster", c.String(),
+		"adopted", hasNodeDirs(root))
+	return nil
+}
+
+// hasNodeDirs reports whether the root already held node directories when it
+// was claimed: written before ownership was recorded, or by Camunda.
+func hasNodeDirs(root *os.Root) bool {
+	entries, _ := fs.ReadDir(root.FS(), ".")
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), "node-") {
+			return true
+		}
+	}
+	return false
+}
+
+// writeSynced writes a small file and fsyncs it and its directory. flag is
+// os.O_EXCL or os.O_TRUNC.
+func writeSynced(r *os.Root, name string, b []byte, flag int) (err error) {
+	f, err := r.OpenFile(name, os.O_WRONLY|os.O_CREATE|flag, markerMode)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	if _, err := f.Write(b); err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	return syncDir(r, path.Dir(name))
+}
+
+type inProgress struct {
+	Version nodeid.Version `json:"version"`
+	Bucket  string         `json:"bucket"`
+	Prefix  string         `json:"prefix"`
+}
+
+// writeInProgress marks the version directory dir as ours and unfinished.
+func writeInProgress(node *os.Root, dir string, v nodeid.Version, c Cluster, flag int) error {
+	b, err := json.Marshal(inProgress{Version: v, Bucket: c.Bucket, Prefix: c.Prefix})
+	if err != nil {
+		return err
+	}
+	return writeSynced(node, path.Join(dir, PreparingName), b, flag)
+}
+
+// ownLeftover reports whether dir holds an in-progress file naming version v
+// and cluster c. Only an I/O error is an error: a missing or unreadable file
+// just does not prove anything.
+func ownLeftover(node *os.Root, dir string, v nodeid.Version, c Cluster) (bool, error) {
+	b, err := readSmallFile(node, path.Join(dir, PreparingName))
+	switch {
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, errBadFile):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("datadir: %w", err)
+	}
+	var w struct {
+		Version *nodeid.Version `json:"version"`
+		Bucket  *string         `json:"bucket"`
+		Prefix  *string         `json:"prefix"`
+	}
+	if decodeStrict(b, &w) != nil || w.Version == nil || w.Bucket == nil || w.Prefix == nil {
+		return false, nil
+	}
+	return *w.Version == v && *w.Bucket == c.Bucket && *w.Prefix == c.Prefix, nil
+}
+
+// isEmpty reports whether the directory dir has no entries: removing it
+// cannot lose anything.
+func isEmpty(node *os.Root, dir string) (bool, error) {
+	d, err := node.Open(dir)
+	if err != nil {
+		return false, fmt.Errorf("datadir: %w", err)
+	}
+	defer d.Close()
+	switch _, err := d.Readdirnames(1); {
+	case err == io.EOF:
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("datadir: %w", err)
+	}
+	return false, nil
+}
