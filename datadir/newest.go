@@ -2,6 +2,7 @@ package datadir
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 
 	"github.com/nodeid/nodeid/nodeid"
@@ -27,5 +28,21 @@ func Newest(root string, id int) (nodeid.Version, bool, error) {
 		return 0, false, err
 	}
 	defer node.Close()
-	return newestValidBelow(node, nodeid.Version(1<<62))
+	vs, err := versionDirs(node)
+	if err != nil {
+		return 0, false, err
+	}
+	for _, v := range vs {
+		st, why, err := inspect(node, versionDirName(v), v, Cluster{})
+		switch {
+		case err != nil:
+			return 0, false, err
+		case st == stateValid:
+			return v, true, nil
+		case st == stateBadMarker:
+			// Perhaps a newer version in another format: do not guess below it.
+			return 0, false, fmt.Errorf("%w: %s: %s", ErrUnrecognized, versionDirName(v), why)
+		}
+	}
+	return 0, false, nil
 }
