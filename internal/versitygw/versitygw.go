@@ -7,10 +7,10 @@ package versitygw
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -82,18 +82,24 @@ type Gateway struct {
 	logFile *os.File
 }
 
-// Start runs bin with its backend under dir and waits until it answers. The
-// port is found by binding port 0 and releasing it, which can race with
-// another process, so a gateway that exits at once is retried elsewhere.
+// errExited marks a start attempt whose process died before it was ready,
+// typically because another listener took the port first.
+var errExited = errors.New("exited before it was ready")
+
+// Start runs bin with its backend under dir and waits until it is ready. The
+// port is found by binding port 0 and releasing it (versitygw cannot report
+// a port it chose itself), which can race with another process, so a
+// gateway that exits before it is ready is retried elsewhere.
 func Start(bin, dir string) (*Gateway, error) {
+	const attempts = 4
 	var err error
-	for attempt := 0; attempt < 3; attempt++ {
+	for attempt := 0; attempt < attempts; attempt++ {
 		var g *Gateway
-		if g, err = startOnce(bin, dir, attempt); err == nil {
-			return g, nil
+		if g, err = startOnce(bin, dir, attempt); !errors.Is(err, errExited) {
+			return g, err
 		}
 	}
-	return nil, err
+	return nil, fmt.Errorf("%d attempts: %w", attempts, err)
 }
 
 func startOnce(bin, dir string, attempt int) (*Gateway, error) {
@@ -101,7 +107,18 @@ func startOnce(bin, dir string, attempt int) (*Gateway, error) {
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return nil, err
 	}
-	addr, err := freeLoopbackAddr()
+	// A bucket only our root has: an answer that lists it comes from our
+	// gateway, not from whatever else may have taken the port.
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return nil, err
+	}
+	sentinel := fmt.Sprintf("ready-%x", b)
+	if err := os.Mkdir(filepath.Join(root, sentinel), 0o755); err != nil {
+		return nil, err
+	}
+	defer os.Remove(filepath.Join(root, sentinel))
+	addr, err := pickAddr()
 	if err != nil {
 		return nil, err
 	}
@@ -134,31 +151,62 @@ func startOnce(bin, dir string, attempt int) (*Gateway, error) {
 		_ = cmd.Wait()
 		close(g.exited)
 	}()
-	if err := g.waitReady(); err != nil {
+	if err := g.waitReady(sentinel); err != nil {
 		g.Stop()
-		return nil, fmt.Errorf("versitygw on %s: %v; log %s, last lines:\n%s", addr, err, logPath, g.Tail(40))
+		return nil, fmt.Errorf("versitygw on %s: %w; log %s, last lines:\n%s", addr, err, logPath, g.Tail(40))
 	}
 	return g, nil
 }
 
-// waitReady polls until the gateway answers any HTTP response: an
-// unauthenticated request gets 403, which proves the S3 front end is up.
-func (g *Gateway) waitReady() error {
-	client := &http.Client{Timeout: time.Second}
+// waitReady polls until a signed ListBuckets lists sentinel while our
+// process is alive. Any answer is not enough: another server may hold the
+// port, and our gateway then dies with "address already in use", or binds
+// later and misses the first requests.
+func (g *Gateway) waitReady(sentinel string) error {
+	// A request to a foreign server that holds the port but does not answer
+	// must not delay noticing that our process has exited.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-g.exited:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	c, err := g.Client(ctx)
+	if err != nil {
+		return err
+	}
+	noRetry := func(o *s3.Options) { o.RetryMaxAttempts = 1 }
 	deadline := time.Now().Add(startTimeout)
 	for delay := 5 * time.Millisecond; ; delay = min(2*delay, 200*time.Millisecond) {
-		resp, err := client.Get(g.URL + "/")
+		rctx, rcancel := context.WithTimeout(ctx, time.Second)
+		out, err := c.ListBuckets(rctx, &s3.ListBucketsInput{}, noRetry)
+		rcancel()
 		if err == nil {
-			resp.Body.Close()
-			return nil
+			err = fmt.Errorf("%s answers without bucket %s: another server has the port", g.URL, sentinel)
+			for _, b := range out.Buckets {
+				if aws.ToString(b.Name) == sentinel {
+					err = nil
+				}
+			}
 		}
 		select {
 		case <-g.exited:
-			return fmt.Errorf("exited early: %v", g.cmd.ProcessState)
-		case <-time.After(delay):
+			return fmt.Errorf("%w (%v)", errExited, g.cmd.ProcessState)
+		default:
+		}
+		if err == nil {
+			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("not answering after %v: %v", startTimeout, err)
+			return fmt.Errorf("not ready after %v: %v", startTimeout, err)
+		}
+		select {
+		case <-g.exited:
+			return fmt.Errorf("%w (%v)", errExited, g.cmd.ProcessState)
+		case <-time.After(delay):
 		}
 	}
 }
@@ -218,6 +266,10 @@ func (g *Gateway) Tail(n int) string {
 	}
 	return string(bytes.Join(lines, []byte("\n")))
 }
+
+// pickAddr chooses the gateway's address; a test replaces it to lose the
+// port race on purpose.
+var pickAddr = freeLoopbackAddr
 
 func freeLoopbackAddr() (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")

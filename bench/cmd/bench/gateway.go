@@ -33,7 +33,7 @@ type gateway struct {
 func findVersity() (string, error) { return versitygw.Find() }
 
 // startGateway starts versitygw with its data under dir and waits until it
-// answers HTTP.
+// is ready.
 func startGateway(ctx context.Context, bin, dir string) (*gateway, error) {
 	gw, err := versitygw.Start(bin, dir)
 	if err != nil {
