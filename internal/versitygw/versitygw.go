@@ -34,13 +34,8 @@ const Install = "go install github.com/versity/versitygw/cmd/versitygw@" + Versi
 // the search of $PATH and $(go env GOPATH)/bin.
 const EnvBinary = "NODEID_VERSITYGW"
 
-// Credentials and region of every gateway started here; they never leave
-// loopback.
-const (
-	AccessKey = "nodeidtestaccess"
-	SecretKey = "nodeidtestsecret0123456789"
-	Region    = "us-east-1"
-)
+// Region of every gateway started here.
+const Region = "us-east-1"
 
 // startTimeout bounds how long a gateway may take to answer.
 const startTimeout = 20 * time.Second
@@ -77,6 +72,11 @@ type Gateway struct {
 	Dir     string // backend root and logs
 	LogPath string
 
+	// Root credentials, random per gateway: a client that reaches another
+	// gateway (its port reused after this one died) is refused instead of
+	// working on someone else's data.
+	AccessKey, SecretKey string
+
 	cmd     *exec.Cmd
 	exited  chan struct{}
 	logFile *os.File
@@ -109,11 +109,12 @@ func startOnce(bin, dir string, attempt int) (*Gateway, error) {
 	}
 	// A bucket only our root has: an answer that lists it comes from our
 	// gateway, not from whatever else may have taken the port.
-	var b [8]byte
+	var b [8 + 8 + 16]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return nil, err
 	}
-	sentinel := fmt.Sprintf("ready-%x", b)
+	sentinel := fmt.Sprintf("ready-%x", b[:8])
+	accessKey, secretKey := fmt.Sprintf("nodeid%x", b[8:16]), fmt.Sprintf("%x", b[16:])
 	if err := os.Mkdir(filepath.Join(root, sentinel), 0o755); err != nil {
 		return nil, err
 	}
@@ -131,7 +132,7 @@ func startOnce(bin, dir string, attempt int) (*Gateway, error) {
 	// Credentials go through the environment, not flags, so they do not
 	// show in process listings; the caller's VGW_* variables could change
 	// the gateway's behaviour, so they are dropped.
-	env := []string{"ROOT_ACCESS_KEY=" + AccessKey, "ROOT_SECRET_KEY=" + SecretKey}
+	env := []string{"ROOT_ACCESS_KEY=" + accessKey, "ROOT_SECRET_KEY=" + secretKey}
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "VGW_") && !strings.HasPrefix(kv, "ROOT_") {
 			env = append(env, kv)
@@ -146,7 +147,8 @@ func startOnce(bin, dir string, attempt int) (*Gateway, error) {
 		logFile.Close()
 		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}
-	g := &Gateway{URL: "http://" + addr, Dir: dir, LogPath: logPath, cmd: cmd, exited: make(chan struct{}), logFile: logFile}
+	g := &Gateway{URL: "http://" + addr, Dir: dir, LogPath: logPath, AccessKey: accessKey, SecretKey: secretKey,
+		cmd: cmd, exited: make(chan struct{}), logFile: logFile}
 	go func() {
 		_ = cmd.Wait()
 		close(g.exited)
@@ -233,7 +235,7 @@ func (g *Gateway) Stop() {
 // Client returns an S3 client for the gateway, built as production builds
 // one (nodeid.NewS3Client).
 func (g *Gateway) Client(ctx context.Context) (*s3.Client, error) {
-	return nodeid.NewS3Client(ctx, nodeid.S3Config{Endpoint: g.URL, Region: Region, PathStyle: true, AccessKey: AccessKey, SecretKey: SecretKey})
+	return nodeid.NewS3Client(ctx, nodeid.S3Config{Endpoint: g.URL, Region: Region, PathStyle: true, AccessKey: g.AccessKey, SecretKey: g.SecretKey})
 }
 
 // CreateBucket creates a bucket.

@@ -104,3 +104,30 @@ func TestStartGivesUp(t *testing.T) {
 		t.Fatalf("error does not show the gateway's complaint: %v", err)
 	}
 }
+
+// TestCredentialsAreOwn: a client of one gateway that reaches another one
+// is refused.
+func TestCredentialsAreOwn(t *testing.T) {
+	bin := findOrSkip(t)
+	a, err := Start(bin, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Stop()
+	b, err := Start(bin, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Stop()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	wrong := *a
+	wrong.URL = b.URL
+	if err := wrong.CreateBucket(ctx, "intruder"); err == nil {
+		t.Fatal("b accepted a's credentials")
+	}
+	if _, err := os.Stat(filepath.Join(b.Dir, "root", "intruder")); err == nil {
+		t.Fatal("bucket created in b's root with a's credentials")
+	}
+}
