@@ -122,7 +122,7 @@ func (c *Cluster) Start(name string, env ...string) (*Task, error) {
 	t.Cmd.Env = append([]string{
 		"PATH=" + os.Getenv("PATH"),
 		"HOME=" + filepath.Join(c.dir, "home"),
-		"AWS_ACCESS_KEY_ID=" + gwAccessKey, "AWS_SECRET_ACCESS_KEY=" + gwSecretKey, "AWS_REGION=" + gwRegion,
+		"AWS_ACCESS_KEY_ID=" + c.gw.AccessKey, "AWS_SECRET_ACCESS_KEY=" + c.gw.SecretKey, "AWS_REGION=" + gwRegion,
 		"AWS_ENDPOINT_URL_S3=" + p.URL,
 		"AWS_CONFIG_FILE=/nonexistent", "AWS_SHARED_CREDENTIALS_FILE=/nonexistent", "AWS_EC2_METADATA_DISABLED=true",
 		"NODEID_BUCKET=" + c.gw.Bucket, "NODEID_PREFIX=" + prefix, "NODEID_S3_PATH_STYLE=true",

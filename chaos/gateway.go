@@ -8,12 +8,8 @@ import (
 	"github.com/nodeid/nodeid/internal/versitygw"
 )
 
-// Credentials of the throw-away gateways; they never leave loopback.
-const (
-	gwAccessKey = versitygw.AccessKey
-	gwSecretKey = versitygw.SecretKey
-	gwRegion    = versitygw.Region
-)
+// Region of the throw-away gateways.
+const gwRegion = versitygw.Region
 
 // ErrNoVersity is returned by FindVersity when the binary is not installed.
 var ErrNoVersity = versitygw.ErrNotInstalled

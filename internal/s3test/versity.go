@@ -116,8 +116,8 @@ func StartVersity(t testing.TB) *Server {
 	s := &Server{
 		Kind:      KindVersity,
 		URL:       gw.URL,
-		AccessKey: versitygw.AccessKey,
-		SecretKey: versitygw.SecretKey,
+		AccessKey: gw.AccessKey,
+		SecretKey: gw.SecretKey,
 		Region:    versitygw.Region,
 	}
 	s.Bucket = s.NewBucket(t)

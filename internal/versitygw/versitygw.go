@@ -7,10 +7,10 @@ package versitygw
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -34,13 +34,8 @@ const Install = "go install github.com/versity/versitygw/cmd/versitygw@" + Versi
 // the search of $PATH and $(go env GOPATH)/bin.
 const EnvBinary = "NODEID_VERSITYGW"
 
-// Credentials and region of every gateway started here; they never leave
-// loopback.
-const (
-	AccessKey = "nodeidtestaccess"
-	SecretKey = "nodeidtestsecret0123456789"
-	Region    = "us-east-1"
-)
+// Region of every gateway started here.
+const Region = "us-east-1"
 
 // startTimeout bounds how long a gateway may take to answer.
 const startTimeout = 20 * time.Second
@@ -77,23 +72,34 @@ type Gateway struct {
 	Dir     string // backend root and logs
 	LogPath string
 
+	// Root credentials, random per gateway: a client that reaches another
+	// gateway (its port reused after this one died) is refused instead of
+	// working on someone else's data.
+	AccessKey, SecretKey string
+
 	cmd     *exec.Cmd
 	exited  chan struct{}
 	logFile *os.File
 }
 
-// Start runs bin with its backend under dir and waits until it answers. The
-// port is found by binding port 0 and releasing it, which can race with
-// another process, so a gateway that exits at once is retried elsewhere.
+// errExited marks a start attempt whose process died before it was ready,
+// typically because another listener took the port first.
+var errExited = errors.New("exited before it was ready")
+
+// Start runs bin with its backend under dir and waits until it is ready. The
+// port is found by binding port 0 and releasing it (versitygw cannot report
+// a port it chose itself), which can race with another process, so a
+// gateway that exits before it is ready is retried elsewhere.
 func Start(bin, dir string) (*Gateway, error) {
+	const attempts = 4
 	var err error
-	for attempt := 0; attempt < 3; attempt++ {
+	for attempt := 0; attempt < attempts; attempt++ {
 		var g *Gateway
-		if g, err = startOnce(bin, dir, attempt); err == nil {
-			return g, nil
+		if g, err = startOnce(bin, dir, attempt); !errors.Is(err, errExited) {
+			return g, err
 		}
 	}
-	return nil, err
+	return nil, fmt.Errorf("%d attempts: %w", attempts, err)
 }
 
 func startOnce(bin, dir string, attempt int) (*Gateway, error) {
@@ -101,7 +107,19 @@ func startOnce(bin, dir string, attempt int) (*Gateway, error) {
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return nil, err
 	}
-	addr, err := freeLoopbackAddr()
+	// A bucket only our root has: an answer that lists it comes from our
+	// gateway, not from whatever else may have taken the port.
+	var b [8 + 8 + 16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return nil, err
+	}
+	sentinel := fmt.Sprintf("ready-%x", b[:8])
+	accessKey, secretKey := fmt.Sprintf("nodeid%x", b[8:16]), fmt.Sprintf("%x", b[16:])
+	if err := os.Mkdir(filepath.Join(root, sentinel), 0o755); err != nil {
+		return nil, err
+	}
+	defer os.Remove(filepath.Join(root, sentinel))
+	addr, err := pickAddr()
 	if err != nil {
 		return nil, err
 	}
@@ -114,7 +132,7 @@ func startOnce(bin, dir string, attempt int) (*Gateway, error) {
 	// Credentials go through the environment, not flags, so they do not
 	// show in process listings; the caller's VGW_* variables could change
 	// the gateway's behaviour, so they are dropped.
-	env := []string{"ROOT_ACCESS_KEY=" + AccessKey, "ROOT_SECRET_KEY=" + SecretKey}
+	env := []string{"ROOT_ACCESS_KEY=" + accessKey, "ROOT_SECRET_KEY=" + secretKey}
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "VGW_") && !strings.HasPrefix(kv, "ROOT_") {
 			env = append(env, kv)
@@ -129,36 +147,68 @@ func startOnce(bin, dir string, attempt int) (*Gateway, error) {
 		logFile.Close()
 		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}
-	g := &Gateway{URL: "http://" + addr, Dir: dir, LogPath: logPath, cmd: cmd, exited: make(chan struct{}), logFile: logFile}
+	g := &Gateway{URL: "http://" + addr, Dir: dir, LogPath: logPath, AccessKey: accessKey, SecretKey: secretKey,
+		cmd: cmd, exited: make(chan struct{}), logFile: logFile}
 	go func() {
 		_ = cmd.Wait()
 		close(g.exited)
 	}()
-	if err := g.waitReady(); err != nil {
+	if err := g.waitReady(sentinel); err != nil {
 		g.Stop()
-		return nil, fmt.Errorf("versitygw on %s: %v; log %s, last lines:\n%s", addr, err, logPath, g.Tail(40))
+		return nil, fmt.Errorf("versitygw on %s: %w; log %s, last lines:\n%s", addr, err, logPath, g.Tail(40))
 	}
 	return g, nil
 }
 
-// waitReady polls until the gateway answers any HTTP response: an
-// unauthenticated request gets 403, which proves the S3 front end is up.
-func (g *Gateway) waitReady() error {
-	client := &http.Client{Timeout: time.Second}
+// waitReady polls until a signed ListBuckets lists sentinel while our
+// process is alive. Any answer is not enough: another server may hold the
+// port, and our gateway then dies with "address already in use", or binds
+// later and misses the first requests.
+func (g *Gateway) waitReady(sentinel string) error {
+	// A request to a foreign server that holds the port but does not answer
+	// must not delay noticing that our process has exited.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-g.exited:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	c, err := g.Client(ctx)
+	if err != nil {
+		return err
+	}
+	noRetry := func(o *s3.Options) { o.RetryMaxAttempts = 1 }
 	deadline := time.Now().Add(startTimeout)
 	for delay := 5 * time.Millisecond; ; delay = min(2*delay, 200*time.Millisecond) {
-		resp, err := client.Get(g.URL + "/")
+		rctx, rcancel := context.WithTimeout(ctx, time.Second)
+		out, err := c.ListBuckets(rctx, &s3.ListBucketsInput{}, noRetry)
+		rcancel()
 		if err == nil {
-			resp.Body.Close()
-			return nil
+			err = fmt.Errorf("%s answers without bucket %s: another server has the port", g.URL, sentinel)
+			for _, b := range out.Buckets {
+				if aws.ToString(b.Name) == sentinel {
+					err = nil
+				}
+			}
 		}
 		select {
 		case <-g.exited:
-			return fmt.Errorf("exited early: %v", g.cmd.ProcessState)
-		case <-time.After(delay):
+			return fmt.Errorf("%w (%v)", errExited, g.cmd.ProcessState)
+		default:
+		}
+		if err == nil {
+			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("not answering after %v: %v", startTimeout, err)
+			return fmt.Errorf("not ready after %v: %v", startTimeout, err)
+		}
+		select {
+		case <-g.exited:
+			return fmt.Errorf("%w (%v)", errExited, g.cmd.ProcessState)
+		case <-time.After(delay):
 		}
 	}
 }
@@ -185,7 +235,7 @@ func (g *Gateway) Stop() {
 // Client returns an S3 client for the gateway, built as production builds
 // one (nodeid.NewS3Client).
 func (g *Gateway) Client(ctx context.Context) (*s3.Client, error) {
-	return nodeid.NewS3Client(ctx, nodeid.S3Config{Endpoint: g.URL, Region: Region, PathStyle: true, AccessKey: AccessKey, SecretKey: SecretKey})
+	return nodeid.NewS3Client(ctx, nodeid.S3Config{Endpoint: g.URL, Region: Region, PathStyle: true, AccessKey: g.AccessKey, SecretKey: g.SecretKey})
 }
 
 // CreateBucket creates a bucket.
@@ -218,6 +268,10 @@ func (g *Gateway) Tail(n int) string {
 	}
 	return string(bytes.Join(lines, []byte("\n")))
 }
+
+// pickAddr chooses the gateway's address; a test replaces it to lose the
+// port race on purpose.
+var pickAddr = freeLoopbackAddr
 
 func freeLoopbackAddr() (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")

@@ -15,12 +15,8 @@ import (
 	"github.com/nodeid/nodeid/nodeid"
 )
 
-// Credentials of the loopback gateway; it exists only for this run.
-const (
-	accessKey = versitygw.AccessKey
-	secretKey = versitygw.SecretKey
-	region    = versitygw.Region
-)
+// Region of the loopback gateway; it exists only for this run.
+const region = versitygw.Region
 
 // gateway is a VersityGW process (posix backend) on a loopback port.
 type gateway struct {
@@ -33,7 +29,7 @@ type gateway struct {
 func findVersity() (string, error) { return versitygw.Find() }
 
 // startGateway starts versitygw with its data under dir and waits until it
-// answers HTTP.
+// is ready.
 func startGateway(ctx context.Context, bin, dir string) (*gateway, error) {
 	gw, err := versitygw.Start(bin, dir)
 	if err != nil {
@@ -50,7 +46,7 @@ func startGateway(ctx context.Context, bin, dir string) (*gateway, error) {
 // newClient returns a lease client (the library's own settings) for the
 // gateway or for a proxy in front of it.
 func (g *gateway) newClient(ctx context.Context, endpoint string) (*s3.Client, error) {
-	return nodeid.NewS3Client(ctx, nodeid.S3Config{Region: region, Endpoint: endpoint, PathStyle: true, AccessKey: accessKey, SecretKey: secretKey})
+	return nodeid.NewS3Client(ctx, nodeid.S3Config{Region: region, Endpoint: endpoint, PathStyle: true, AccessKey: g.AccessKey, SecretKey: g.SecretKey})
 }
 
 // newBucket creates a fresh bucket, so every repetition starts from a known

@@ -35,7 +35,7 @@ func (b *procBench) env(bucket, endpoint string, size int, extra ...string) []st
 	b.seq++
 	env := append(cleanEnv(),
 		"TMPDIR="+b.tmp,
-		"AWS_ACCESS_KEY_ID="+accessKey, "AWS_SECRET_ACCESS_KEY="+secretKey, "AWS_REGION="+region,
+		"AWS_ACCESS_KEY_ID="+b.g.AccessKey, "AWS_SECRET_ACCESS_KEY="+b.g.SecretKey, "AWS_REGION="+region,
 		"AWS_ENDPOINT_URL_S3="+endpoint,
 		"NODEID_BUCKET="+bucket, "NODEID_PREFIX="+prefix, "NODEID_S3_PATH_STYLE=true",
 		"NODEID_CLUSTER_SIZE="+strconv.Itoa(size),
