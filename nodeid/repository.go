@@ -146,9 +146,15 @@ func initializeFrom(ctx context.Context, repo Repository, listing Listing, size 
 	// never-held object whose ETag is listed here may be taken at once. In a
 	// cluster that is not fresh (one from before the marker) the list names
 	// held or released objects, which that check ignores.
+	//
+	// A slot whose size is not that of a released body is held: the cluster
+	// has run (its marker was deleted, or it predates markers), and the
+	// marker then names nothing, so a never-held object recreated after an
+	// outside delete cannot pass for a bootstrap one.
 	m := ClusterMarker{Bootstrap: map[int]string{}, CreatedBy: taskID, ClusterSize: size}
+	ran := slices.ContainsFunc(listing.Slots, func(s Slot) bool { return !sizeSuggestsReleased(s.Size) })
 	for _, s := range listing.Slots {
-		if s.ID < size {
+		if s.ID < size && !ran {
 			m.Bootstrap[s.ID] = s.ETag
 		}
 	}

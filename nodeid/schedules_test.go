@@ -175,3 +175,25 @@ func TestDeletedHeldObjectIsNotTakenWhileItsHolderIsValid(t *testing.T) {
 		})
 	}
 }
+
+// A marker deleted while the cluster runs is written again by the next task,
+// naming no object: nothing passes for never held any more.
+func TestMarkerRewrittenOverARunningClusterNamesNothing(t *testing.T) {
+	forEachServer(t, func(t *testing.T, srv *s3test.Server) {
+		direct := newRepo(t, srv, "")
+		holder := newProvider(t, direct, fastConfig(t, "holder", 2, newLossRecorder()))
+		acquire(t, holder, 5*time.Second)
+		m, err := direct.Marker(context.Background())
+		if err != nil || len(m.Bootstrap) != 2 {
+			t.Fatalf("marker after bootstrap: %+v, %v", m, err)
+		}
+		deleteRaw(t, srv, nodeid.MarkerKey(testPrefix))
+		if err := nodeid.Initialize(context.Background(), direct, 2, "other", 2*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		m, err = direct.Marker(context.Background())
+		if err != nil || len(m.Bootstrap) != 0 {
+			t.Fatalf("marker rewritten over a held lease: %+v, %v", m, err)
+		}
+	})
+}
