@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"runtime"
+	"sync"
 	"syscall"
 	"time"
 
@@ -96,6 +97,12 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	cancelAcq() // the acquisition-time signal watcher ends here
 
+	// As a subreaper, run inherits whatever the command orphans, so it can
+	// kill and reap all of it before a release (see stop_linux.go).
+	if err := becomeSubreaper(); err != nil {
+		sess.log.Warn("cannot become a child subreaper; processes that leave the command's process group are not tracked", "err", err)
+	}
+
 	// Pdeathsig kills the child if this process dies, even by SIGKILL; it
 	// is tied to the OS thread that forks, so keep this goroutine on it.
 	runtime.LockOSThread()
@@ -125,9 +132,30 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		release()
 		return fmt.Errorf("start %s: %w", rest[0], err)
 	}
-	sess.log.Info("command started", "node_id", inst.ID, "version", int64(inst.Version), "pid", child.Process.Pid, "command", rest[0])
+	pid := child.Process.Pid
+	sess.log.Info("command started", "node_id", inst.ID, "version", int64(inst.Version), "pid", pid, "command", rest[0])
+	stopReaping := reapOrphans(pid)
 	exited := make(chan error, 1)
 	go func() { exited <- child.Wait() }()
+
+	// stopRest kills and reaps what the command left behind, once (its
+	// group stays pgid = pid after the leader is reaped).
+	stopRest := sync.OnceValue(func() error {
+		stopReaping()
+		start := time.Now()
+		n, err := killLeftovers(pid, groupExitTimeout)
+		if err == nil {
+			sess.log.Info("processes of the command gone", "node_id", inst.ID, "version", int64(inst.Version), "killed", n, "took", time.Since(start).Round(time.Millisecond))
+		}
+		return err
+	})
+	lost := func(lerr error) error {
+		if err := stopRest(); err != nil {
+			sess.log.Error("exiting although processes of the command may still run", "node_id", inst.ID, "version", int64(inst.Version), "err", err)
+		}
+		sess.log.Error("command killed: lease lost", "node_id", inst.ID, "version", int64(inst.Version), "err", lerr)
+		return &codeError{code: exitLeaseLost, err: lerr}
+	}
 
 	var forwarded syscall.Signal
 	var killTimer <-chan time.Time
@@ -135,33 +163,54 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		select {
 		case lerr := <-sess.lost:
 			<-exited
-			sess.log.Error("command killed: lease lost", "node_id", inst.ID, "version", int64(inst.Version), "err", lerr)
-			return &codeError{code: exitLeaseLost, err: lerr}
+			return lost(lerr)
 		case sig := <-sigs:
 			if forwarded != 0 {
 				continue
 			}
 			forwarded = sig.(syscall.Signal)
 			sess.log.Info("forwarding signal to the command", "signal", sig.String(), "stop_timeout", s.stopTimeout)
-			_ = syscall.Kill(-child.Process.Pid, forwarded)
+			_ = syscall.Kill(-pid, forwarded)
 			killTimer = time.After(s.stopTimeout)
 		case <-killTimer:
 			sess.log.Warn("command did not stop in time, killing it", "stop_timeout", s.stopTimeout)
-			_ = syscall.Kill(-child.Process.Pid, syscall.SIGKILL)
+			_ = syscall.Kill(-pid, syscall.SIGKILL)
 			killTimer = nil
 		case werr := <-exited:
-			if lerr := p.Err(); errors.Is(lerr, nodeid.ErrLeaseLost) {
-				// The broker saw the loss in the lease file and stopped just
-				// before our SIGKILL reached it.
-				sess.log.Error("command killed: lease lost", "node_id", inst.ID, "version", int64(inst.Version), "err", lerr)
-				return &codeError{code: exitLeaseLost, err: lerr}
-			}
-			release()
 			code := childExitCode(werr)
-			sess.log.Info("command exited, lease released", "node_id", inst.ID, "version", int64(inst.Version), "exit_code", code, "after_signal", forwarded != 0)
 			if forwarded != 0 && code == 128+int(forwarded) {
 				code = 0 // it died of the signal we forwarded: a clean stop
 			}
+			if lerr := p.Err(); errors.Is(lerr, nodeid.ErrLeaseLost) {
+				// The broker saw the loss in the lease file and stopped just
+				// before our SIGKILL reached it.
+				return lost(lerr)
+			}
+			sess.log.Info("command exited", "node_id", inst.ID, "version", int64(inst.Version), "exit_code", childExitCode(werr), "after_signal", forwarded != 0)
+			// A release lets the successor hard-link our files: first make
+			// sure nothing of ours writes them any more and they are durable.
+			err := stopRest()
+			if err == nil {
+				err = syncData(dataDir)
+			}
+			if lerr := p.Err(); errors.Is(lerr, nodeid.ErrLeaseLost) {
+				return lost(lerr)
+			}
+			if err != nil {
+				// The successor then copies instead of hard-linking.
+				cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+				if _, herr := p.HandOff(cctx); herr != nil {
+					err = errors.Join(err, herr)
+				}
+				ccancel()
+				sess.log.Warn("lease left to expire, not released", "node_id", inst.ID, "version", int64(inst.Version), "err", err)
+				if code == 0 {
+					code = exitError
+				}
+				return &codeError{code: code}
+			}
+			release()
+			sess.log.Info("command exited, lease released", "node_id", inst.ID, "version", int64(inst.Version), "exit_code", childExitCode(werr), "after_signal", forwarded != 0)
 			if code != 0 {
 				return &codeError{code: code}
 			}

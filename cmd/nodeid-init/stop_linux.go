@@ -1,0 +1,221 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// groupExitTimeout bounds the wait for the command's other processes after
+// SIGKILL. Only a process stuck in the kernel (D state, e.g. on a hung NFS
+// server) takes longer; its writes may still land, so the lease is then left
+// to expire instead of released.
+const groupExitTimeout = 5 * time.Second
+
+// becomeSubreaper makes the command's orphans (helpers whose parent died,
+// daemons that left the process group with setsid) our children rather than
+// init's, so run can find, kill and reap every process the command started.
+func becomeSubreaper() error {
+	return unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+}
+
+// proc holds the fields of /proc/PID/stat that run needs.
+type proc struct {
+	pid, ppid, pgid, threads int
+	state                    byte
+}
+
+// dead: a zombie has closed its files and unmapped its memory, so it can
+// write nothing more. A zombie thread-group leader with live threads is not.
+func (p proc) dead() bool {
+	return (p.state == 'Z' || p.state == 'X' || p.state == 'x') && p.threads <= 1
+}
+
+func (p proc) String() string { return fmt.Sprintf("%d(%c)", p.pid, p.state) }
+
+func readProcs() ([]proc, error) {
+	d, err := os.Open("/proc")
+	if err != nil {
+		return nil, err
+	}
+	names, err := d.Readdirnames(-1)
+	d.Close()
+	if err != nil {
+		return nil, err
+	}
+	procs := make([]proc, 0, len(names))
+	for _, n := range names {
+		if n[0] < '0' || n[0] > '9' {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + n + "/stat")
+		if err != nil {
+			continue // gone meanwhile
+		}
+		if p, ok := parseStat(b); ok {
+			procs = append(procs, p)
+		}
+	}
+	return procs, nil
+}
+
+// parseStat reads "pid (comm) state ppid pgrp ... num_threads ...";
+// comm may contain spaces and parentheses, so split after the last ')'.
+func parseStat(b []byte) (proc, bool) {
+	open, end := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
+	if open < 1 || end < open {
+		return proc{}, false
+	}
+	f := strings.Fields(string(b[end+1:]))
+	if len(f) < 18 || len(f[0]) != 1 {
+		return proc{}, false
+	}
+	var p proc
+	var err [4]error
+	p.pid, err[0] = strconv.Atoi(strings.TrimSpace(string(b[:open])))
+	p.ppid, err[1] = strconv.Atoi(f[1])
+	p.pgid, err[2] = strconv.Atoi(f[2])
+	p.threads, err[3] = strconv.Atoi(f[17])
+	p.state = f[0][0]
+	return p, err == [4]error{}
+}
+
+// leftovers are the live processes of the command: members of its process
+// group, and every descendant of this process (all of them were started by
+// the command, the only child run starts).
+func leftovers(procs []proc, self, pgid int) []proc {
+	children := map[int][]proc{}
+	for _, p := range procs {
+		children[p.ppid] = append(children[p.ppid], p)
+	}
+	seen := map[int]bool{self: true}
+	var out []proc
+	add := func(p proc) {
+		if !seen[p.pid] {
+			seen[p.pid] = true
+			if !p.dead() {
+				out = append(out, p)
+			}
+		}
+	}
+	queue := []int{self}
+	for len(queue) > 0 {
+		pid := queue[0]
+		queue = queue[1:]
+		for _, c := range children[pid] {
+			if !seen[c.pid] {
+				add(c)
+				queue = append(queue, c.pid)
+			}
+		}
+	}
+	for _, p := range procs {
+		if p.pgid == pgid {
+			add(p)
+		}
+	}
+	return out
+}
+
+// reapZombies reaps our zombie children except keep (the command, which
+// exec.Cmd.Wait reaps).
+func reapZombies(procs []proc, self, keep int) {
+	for _, p := range procs {
+		if p.ppid == self && p.pid != keep && p.dead() {
+			var ws unix.WaitStatus
+			_, _ = unix.Wait4(p.pid, &ws, unix.WNOHANG, nil)
+		}
+	}
+}
+
+// reapOrphans reaps, while the command runs, the orphans reparented to this
+// subreaper, so their zombies do not pile up. It returns a function that
+// stops it.
+func reapOrphans(leader int) (stop func()) {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGCHLD)
+	done, finished := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(finished)
+		for {
+			select {
+			case <-done:
+				return
+			case <-sigs:
+			}
+			if procs, err := readProcs(); err == nil {
+				reapZombies(procs, os.Getpid(), leader)
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(sigs)
+		close(done)
+		<-finished
+	}
+}
+
+// killLeftovers SIGKILLs the command's process group and every other process
+// the command left behind, reaps them, and returns once none is alive, or an
+// error naming the survivors after timeout. The command itself must already
+// be reaped. It returns how many live processes the first look found.
+func killLeftovers(pgid int, timeout time.Duration) (int, error) {
+	self := os.Getpid()
+	deadline := time.Now().Add(timeout)
+	pause := 5 * time.Millisecond
+	found, quiet := -1, 0
+	for {
+		procs, err := readProcs()
+		if err != nil {
+			return found, fmt.Errorf("cannot list processes: %w", err)
+		}
+		left := leftovers(procs, self, pgid)
+		if found < 0 {
+			found = len(left)
+		}
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		for _, p := range left {
+			_ = syscall.Kill(p.pid, syscall.SIGKILL)
+		}
+		reapZombies(procs, self, -1)
+		if len(left) == 0 {
+			// Look twice: one pass over /proc is not atomic, and a process
+			// read before its parent died may have been missed.
+			if quiet++; quiet == 2 {
+				return found, nil
+			}
+			continue
+		}
+		quiet = 0
+		if time.Now().After(deadline) {
+			return found, fmt.Errorf("%d process(es) of the command still alive %v after SIGKILL: %v", len(left), timeout, left)
+		}
+		time.Sleep(pause)
+		pause = min(2*pause, 100*time.Millisecond)
+	}
+}
+
+// syncData makes the command's writes durable before a release lets a
+// successor hard-link them. syncfs covers the whole file system of dir (the
+// one the successor links from) and reports write-back errors.
+func syncData(dir string) error {
+	if dir == "" {
+		return nil
+	}
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := unix.Syncfs(int(f.Fd())); err != nil {
+		return &os.PathError{Op: "syncfs", Path: dir, Err: err}
+	}
+	return nil
+}

@@ -1,0 +1,177 @@
+package main_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nodeid/nodeid/internal/s3test"
+	"github.com/nodeid/nodeid/nodeid"
+)
+
+// These tests check that run releases a lease only once every process the
+// command started is gone: a release tells the successor it may hard-link
+// the data directory, so nothing of ours may write to it afterwards.
+
+// helper starts a process that appends to $NODE_DATA_DIR/NAME.log every
+// 20 ms and writes its pid to $DIR/NAME.pid. setsid takes it out of the
+// command's process group; ignoreTerm makes it survive a forwarded SIGTERM.
+func helper(name string, setsid, ignoreTerm bool) string {
+	loop := `echo $$ > "$DIR/` + name + `.pid"; while :; do echo x >> "$NODE_DATA_DIR/` + name + `.log"; sleep 0.02; done`
+	if ignoreTerm {
+		loop = `trap '' TERM; ` + loop
+	}
+	if setsid {
+		return `setsid sh -c '` + strings.ReplaceAll(loop, `'`, `'\''`) + `' >/dev/null 2>&1 &
+while [ ! -s "$DIR/` + name + `.pid" ]; do sleep 0.01; done
+`
+	}
+	// A sh -c child, not a subshell: $$ must be the helper's own pid. Its
+	// output goes elsewhere, or the test would wait for it to close the pipe.
+	return `sh -c '` + strings.ReplaceAll(loop, `'`, `'\''`) + `' >/dev/null 2>&1 &
+while [ ! -s "$DIR/` + name + `.pid" ]; do sleep 0.01; done
+`
+}
+
+const report = `echo "$NODE_ID $NODE_VERSION $NODE_PREVIOUS_GRACEFUL" > "$REPORT"
+`
+
+// helperPID reads a helper's pid and makes sure the test does not leave it
+// running, whatever happens.
+func helperPID(t *testing.T, c *cluster, name string) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(c.dir, name+".pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	return pid
+}
+
+// assertGone: the helper is not merely killed but reaped, so it can write
+// nothing more.
+func assertGone(t *testing.T, name string, pid int) {
+	t.Helper()
+	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("helper %s (pid %d) still exists after nodeid-init exited (kill 0: %v)", name, pid, err)
+	}
+}
+
+// assertStill: the file does not grow any more.
+func assertStill(t *testing.T, path string) {
+	t.Helper()
+	before, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	after, _ := os.Stat(path)
+	if after.Size() != before.Size() {
+		t.Errorf("%s grew from %d to %d bytes after nodeid-init exited", path, before.Size(), after.Size())
+	}
+}
+
+// assertOrder: the log says the processes were gone before the release.
+func assertOrder(t *testing.T, out string) {
+	t.Helper()
+	gone := strings.Index(out, "processes of the command gone")
+	released := strings.Index(out, "released node id")
+	if gone < 0 || released < 0 || gone > released {
+		t.Errorf("want \"processes of the command gone\" before \"released node id\" (at %d, %d)", gone, released)
+	}
+}
+
+func TestRunKillsWhatTheCommandLeftBeforeReleasing(t *testing.T) {
+	c := newCluster(t, s3test.NewFake(t), 1)
+	goFile := filepath.Join(c.dir, "go")
+	script := helper("bg", false, false) + helper("daemon", true, false) + report +
+		`while [ ! -e "$GO" ]; do sleep 0.02; done; exit 0`
+	holder := c.start("holder", []string{"DIR=" + c.dir, "GO=" + goFile}, "run", "--", "sh", "-c", script)
+	holder.identity(t, 20*time.Second)
+	bg, daemon := helperPID(t, c, "bg"), helperPID(t, c, "daemon")
+	waiter := c.runTask("waiter")
+	time.Sleep(500 * time.Millisecond)
+
+	if err := os.WriteFile(goFile, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code := holder.wait(t, 15*time.Second); code != 0 {
+		t.Fatalf("holder exited %d, want the command's 0", code)
+	}
+	assertGone(t, "bg", bg)
+	assertGone(t, "daemon", daemon)
+	assertOrder(t, holder.out.String())
+
+	// The successor links v1's files: nothing of the holder appends to them.
+	_, v, graceful := waiter.identity(t, 10*time.Second)
+	if v != 2 || !graceful {
+		t.Fatalf("waiter got v%d graceful=%v, want v2 after a release", v, graceful)
+	}
+	v1, _ := os.Stat(filepath.Join(c.root, "node-0", "v1", "bg.log"))
+	v2, err := os.Stat(filepath.Join(c.root, "node-0", "v2", "bg.log"))
+	if err != nil || !os.SameFile(v1, v2) {
+		t.Fatalf("v2/bg.log is not a hard link of v1's (%v)", err)
+	}
+	assertStill(t, filepath.Join(c.root, "node-0", "v2", "bg.log"))
+	assertStill(t, filepath.Join(c.root, "node-0", "v2", "daemon.log"))
+}
+
+func TestForwardedSigtermKillsChildrenThatIgnoreIt(t *testing.T) {
+	c := newCluster(t, s3test.NewFake(t), 1)
+	script := helper("bg", false, true) + report + `while :; do sleep 0.02; done`
+	tk := c.start("holder", []string{"DIR=" + c.dir}, "run", "--", "sh", "-c", script)
+	tk.identity(t, 20*time.Second)
+	bg := helperPID(t, c, "bg")
+	if err := tk.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	// The command dies of SIGTERM at once; the default stop timeout is 25 s.
+	if code := tk.wait(t, 10*time.Second); code != 0 {
+		t.Fatalf("exit code %d after SIGTERM, want 0", code)
+	}
+	assertGone(t, "bg", bg)
+	assertOrder(t, tk.out.String())
+	assertStill(t, filepath.Join(c.root, "node-0", "v1", "bg.log"))
+	rec, err := c.repo().Get(context.Background(), 0)
+	if err != nil || rec.Lease.Held() {
+		t.Fatalf("lease not released: %+v %v", rec.Lease, err)
+	}
+}
+
+func TestLeaseLossKillsHelpersThatLeftTheGroup(t *testing.T) {
+	c := newCluster(t, s3test.NewFake(t), 1)
+	script := helper("daemon", true, false) + report + `while :; do sleep 0.02; done`
+	tk := c.start("holder", []string{"DIR=" + c.dir}, "run", "--", "sh", "-c", script)
+	id, v, _ := tk.identity(t, 20*time.Second)
+	daemon := helperPID(t, c, "daemon")
+	body := fmt.Sprintf(`{"taskId":"intruder","timestamp":%d,"nodeInstance":{"id":%d,"version":%d},"knownVersionMappings":{"mappingsByNodeId":{}}}`,
+		time.Now().Add(time.Hour).UnixMilli(), id, v)
+	putObject(t, c.srv, "e2e/"+nodeid.LeaseKey("", id), body, map[string]string{"taskid": "intruder", "version": fmt.Sprint(v), "acquirable": "true"})
+	if code := tk.wait(t, 10*time.Second); code != 3 {
+		t.Fatalf("exit code %d after the lease was overwritten, want 3", code)
+	}
+	assertGone(t, "daemon", daemon)
+	assertStill(t, filepath.Join(c.root, "node-0", "v1", "daemon.log"))
+}
+
+// run is a subreaper: the orphans it inherits while the command runs must
+// not pile up as zombies.
+func TestOrphansAreReapedWhileTheCommandRuns(t *testing.T) {
+	c := newCluster(t, s3test.NewFake(t), 1)
+	script := `(sh -c 'echo $$ > "$DIR/orphan.pid"' >/dev/null 2>&1 &); while [ ! -s "$DIR/orphan.pid" ]; do sleep 0.01; done;` + report + `exec sleep 300`
+	tk := c.start("holder", []string{"DIR=" + c.dir}, "run", "--", "sh", "-c", script)
+	tk.identity(t, 20*time.Second)
+	pid := helperPID(t, c, "orphan")
+	waitFor(t, 3*time.Second, "the orphan to be reaped", func() bool { return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) })
+}
