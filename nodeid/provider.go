@@ -965,14 +965,19 @@ func (p *Provider) refresh() {
 	learned := VersionMappings{}
 	peersKnow := true
 	for _, s := range listing.Slots {
-		if s.ID == inst.ID || sizeSuggestsReleased(s.Size) {
+		if s.ID == inst.ID {
 			continue
 		}
+		// Every peer is read: a listing's size is only a hint, and a
+		// released lease's version is worth learning too.
 		rec, err := p.repo.Get(ctx, s.ID)
-		if err != nil || !rec.Lease.Held() {
+		if err != nil {
 			continue
 		}
 		learned.Observe(s.ID, rec.Lease.Instance.Version)
+		if !rec.Lease.Held() {
+			continue
+		}
 		live := !ExpiredByServerClock(rec.LastModified, rec.ServerDate, max(rec.Lease.Duration, p.cfg.LeaseDuration))
 		if live && rec.Lease.KnownVersions[inst.ID] < inst.Version {
 			peersKnow = false
