@@ -29,10 +29,12 @@ type Timer interface {
 }
 
 // Real returns the system clock: the wall time at the call, advanced by
-// CLOCK_BOOTTIME since then. Go's own monotonic reading (CLOCK_MONOTONIC)
-// stops while the machine is suspended. Timers still run on Go's clock, so
-// after a suspend one may fire late; the protocol reads Now before acting,
-// never only a timer.
+// CLOCK_BOOTTIME since then, with timers on CLOCK_BOOTTIME too. Go's own
+// monotonic reading and timers (CLOCK_MONOTONIC) stop while the machine is
+// suspended: a watchdog due during a suspend would fire only after the time
+// that was left when the machine fell asleep, and a holder would keep its
+// broker running that long after waking, although its lease had expired for
+// everyone else.
 func Real() Clock {
 	return realClock{wall0: time.Now().Round(0), boot0: SystemBoottime()}
 }
@@ -42,8 +44,16 @@ type realClock struct {
 	boot0 time.Duration // CLOCK_BOOTTIME at creation
 }
 
-func (c realClock) Now() time.Time               { return c.wall0.Add(SystemBoottime() - c.boot0) }
-func (realClock) NewTimer(d time.Duration) Timer { return &realTimer{t: time.NewTimer(d)} }
+func (c realClock) Now() time.Time { return c.wall0.Add(SystemBoottime() - c.boot0) }
+
+func (c realClock) NewTimer(d time.Duration) Timer {
+	t, err := newBootTimer(d, c.Now)
+	if err != nil {
+		// Out of file descriptors: a Go timer is better than none.
+		return &realTimer{t: time.NewTimer(d)}
+	}
+	return t
+}
 
 type realTimer struct{ t *time.Timer }
 
