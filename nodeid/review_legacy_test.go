@@ -69,4 +69,3 @@ func TestReviewLegacyReleasedABAHandsOutAnOldVersion(t *testing.T) {
 		}
 	})
 }
-

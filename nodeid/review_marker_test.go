@@ -88,7 +88,7 @@ func TestReviewMarkerCreatorSkipsTheLastModifiedCheck(t *testing.T) {
 			t.Fatalf("holder took %v not as never held", hinst)
 		}
 		proxy.Set(faultproxy.Fault{Blackhole: true}) // the holder cannot reach S3 from here on
-		close(gated.gate)                             // boot's take: 412, it keeps polling
+		close(gated.gate)                            // boot's take: 412, it keeps polling
 
 		// Well past the marker's second, so the Last-Modified check would refuse it.
 		time.Sleep(1500 * time.Millisecond)
