@@ -15,6 +15,9 @@ const (
 	MetaTaskID     = "taskid"
 	MetaVersion    = "version"
 	MetaAcquirable = "acquirable"
+	// MetaForced marks a release written by an operator (release --force)
+	// rather than by the holder: its successor copies instead of linking.
+	MetaForced = "forced"
 )
 
 // MaxLeaseBodySize bounds what is read from a lease object: a real lease is a
@@ -56,6 +59,9 @@ type Lease struct {
 	KnownVersions VersionMappings
 	// Acquirable is false for IDs removed by a scale-down.
 	Acquirable bool
+	// Forced marks a released lease written by an operator, not by its
+	// holder: nothing proves the holder stopped writing.
+	Forced bool
 	// Legacy marks a lease read from an empty body: written before bodies
 	// carried a nonce, or by another tool. Every empty object has the same
 	// ETag, so such a state proves nothing about what happened before it;
@@ -102,6 +108,9 @@ func (l Lease) Encode() ([]byte, map[string]string) {
 		MetaTaskID:     l.TaskID,
 		MetaVersion:    strconv.FormatInt(int64(l.Instance.Version), 10),
 		MetaAcquirable: strconv.FormatBool(l.Acquirable),
+	}
+	if l.Forced && !l.Held() {
+		meta[MetaForced] = "true"
 	}
 	writer := l.TaskID
 	if !l.Held() {
@@ -155,7 +164,7 @@ func DecodeLease(id int, body []byte, meta map[string]string) (Lease, error) {
 		return corrupt("metadata %q missing", MetaVersion)
 	}
 	version, err := strconv.ParseInt(versionText, 10, 64)
-	if err != nil || version < 0 {
+	if err != nil || version < 0 || Version(version) > MaxVersion {
 		return corrupt("metadata %s=%q is not a version", MetaVersion, versionText)
 	}
 	acquirable := true // missing means true, as in Camunda's format
@@ -165,12 +174,18 @@ func DecodeLease(id int, body []byte, meta map[string]string) (Lease, error) {
 		}
 	}
 	metaTask := m[MetaTaskID]
+	forced := false
+	if f, ok := m[MetaForced]; ok {
+		if forced, err = strconv.ParseBool(f); err != nil {
+			return corrupt("metadata %s=%q is not a boolean", MetaForced, f)
+		}
+	}
 
 	if len(bytes.TrimSpace(body)) == 0 {
 		if metaTask != "" {
 			return corrupt("empty body but metadata %s=%q", MetaTaskID, metaTask)
 		}
-		return Lease{Instance: NodeInstance{ID: id, Version: Version(version)}, Acquirable: acquirable, Legacy: true}, nil
+		return Lease{Instance: NodeInstance{ID: id, Version: Version(version)}, Acquirable: acquirable, Legacy: true, Forced: forced}, nil
 	}
 	if len(body) > MaxLeaseBodySize {
 		return corrupt("body of %d bytes is too large", len(body))
@@ -195,8 +210,8 @@ func DecodeLease(id int, body []byte, meta map[string]string) (Lease, error) {
 		return corrupt("body: nodeInstance missing")
 	case b.NodeInstance.ID != id:
 		return corrupt("body: nodeInstance.id %d in the object of node %d", b.NodeInstance.ID, id)
-	case b.NodeInstance.Version < 0:
-		return corrupt("body: negative nodeInstance.version %d", b.NodeInstance.Version)
+	case b.NodeInstance.Version < 0 || b.NodeInstance.Version > MaxVersion:
+		return corrupt("body: nodeInstance.version %d out of range", b.NodeInstance.Version)
 	case held && b.NodeInstance.Version < 1:
 		return corrupt("body: nodeInstance.version %d, a held lease has version >= 1", b.NodeInstance.Version)
 	case int64(b.NodeInstance.Version) != version:
@@ -212,6 +227,7 @@ func DecodeLease(id int, body []byte, meta map[string]string) (Lease, error) {
 		Duration:   time.Duration(b.LeaseDurationMs) * time.Millisecond,
 		Nonce:      b.Nonce,
 		Acquirable: acquirable,
+		Forced:     forced && !held,
 	}
 	if held {
 		l.TaskID = *b.TaskID

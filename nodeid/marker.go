@@ -103,5 +103,6 @@ func (m ClusterMarker) provesFresh(rec Record) bool {
 	if !ok || etag != rec.ETag {
 		return false
 	}
-	return rec.LastModified.IsZero() || m.LastModified.IsZero() || !rec.LastModified.After(m.LastModified)
+	// Both times must be the server's: an unknown one proves nothing.
+	return !rec.LastModified.IsZero() && !m.LastModified.IsZero() && !rec.LastModified.After(m.LastModified)
 }

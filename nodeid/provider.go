@@ -363,10 +363,9 @@ func (p *Provider) trySpread(ctx context.Context) (NodeInstance, bool, bool, err
 		var b bootstrap
 		b, err = initializeFrom(ictx, p.repo, listing, p.cfg.ClusterSize, p.cfg.TaskID, p.cfg.LeaseDuration, p.nonce)
 		cancel()
+		// A marker we created ourselves is read back when needed: only the
+		// server knows its Last-Modified, which the freshness proof needs.
 		listing, created = b.listing, b.created
-		if b.marker != nil {
-			p.marker = b.marker
-		}
 		if err == nil && len(created) == 0 && len(missingIDs(listing, p.cfg.ClusterSize)) > 0 {
 			// Others created the objects: the listing we hold may lack them.
 			listing, err = p.list(ctx)
@@ -445,8 +444,12 @@ func (p *Provider) tryListing(ctx context.Context, listing Listing, created []Re
 	for _, slot := range p.candidates(listing) {
 		var rec Record
 		var err error
-		if i := slices.IndexFunc(created, func(r Record) bool { return r.ID == slot.ID && r.ETag == slot.ETag }); i >= 0 {
+		if i := slices.IndexFunc(created, func(r Record) bool { return r.ID == slot.ID && r.ETag == slot.ETag }); i >= 0 && !slot.LastModified.IsZero() {
+			// Its Last-Modified comes from the listing: the same body
+			// landing again later (a duplicated request after an outside
+			// delete) has the same ETag but a later time.
 			rec = created[i]
+			rec.LastModified, rec.ServerDate = slot.LastModified, listing.ServerDate
 		} else {
 			rec, err = p.get(ctx, slot.ID)
 		}
@@ -534,9 +537,14 @@ func (p *Provider) allowedIDs() []int {
 //     unchanged. Any other never-held object was created after the marker
 //     (an outside delete, a stale view): its ID may have a live holder, so
 //     it is judged like a held lease.
-//   - A legacy (empty) released object is free at once but not graceful:
-//     every empty object has the same ETag, so it proves nothing about which
-//     release it is.
+//   - A forced release (release --force) is free at once but not graceful:
+//     an operator's word that the holder is dead does not stop its writes.
+//   - A legacy (empty) released object is judged like a held lease, and is
+//     never graceful: every empty object has the same ETag, so it proves
+//     nothing about which release it is, and an If-Match on it lands on any
+//     later empty state. Waiting until it has been quiet for a lease
+//     duration keeps a writer of empty bodies that is still active (an older
+//     version of this tool) from slipping a tenure in between.
 //   - A held lease is free when either expiry rule says so.
 func (p *Provider) judge(ctx context.Context, rec Record, arrived time.Time) (free, graceful bool) {
 	l := rec.Lease
@@ -545,9 +553,9 @@ func (p *Provider) judge(ctx context.Context, rec Record, arrived time.Time) (fr
 	}
 	if !l.Held() {
 		switch {
-		case l.Instance.Version > 0:
-			return true, !l.Legacy
-		case p.clusterMarker(ctx).provesFresh(rec):
+		case l.Instance.Version > 0 && !l.Legacy:
+			return true, !l.Forced
+		case !l.Legacy && p.clusterMarker(ctx).provesFresh(rec):
 			return true, true
 		}
 	}
@@ -592,6 +600,10 @@ func (p *Provider) learn(l Lease) {
 // take writes our lease over rec with one conditional PUT.
 func (p *Provider) take(ctx context.Context, rec Record, graceful bool) (NodeInstance, bool) {
 	p.learn(rec.Lease)
+	if p.acqKnown[rec.ID] >= MaxVersion {
+		p.log.Error("node id has reached the largest version; it cannot be taken again", "node_id", rec.ID, "version", int64(p.acqKnown[rec.ID]))
+		return NodeInstance{}, false
+	}
 	inst := NodeInstance{ID: rec.ID, Version: p.acqKnown[rec.ID] + 1}
 	known := p.acqKnown.Clone()
 	known.Observe(inst.ID, inst.Version)
@@ -711,6 +723,7 @@ func (p *Provider) renew() (time.Duration, bool) {
 	switch {
 	case errors.Is(err, ErrNotFound):
 		p.lose("lease object deleted", err)
+		p.recreateDeleted(lease.Instance)
 		return 0, false
 	case errors.Is(err, ErrPreconditionFailed), errors.Is(err, ErrConflict):
 		return p.reconcile(err)
@@ -730,6 +743,31 @@ func (p *Provider) renew() (time.Duration, bool) {
 	}
 }
 
+// recreateDeleted runs after the holder found its lease object deleted and
+// has stopped: it recreates the object, if nobody has yet, as an expiring
+// lease of an unknown holder at the holder's own version. Only the holder
+// may know that version (with one node ID, or before its peers learned it);
+// without this a recreator would start again from a lower one. The create
+// is If-None-Match: if someone recreated the object first, theirs stands.
+func (p *Provider) recreateDeleted(inst NodeInstance) {
+	l := Lease{
+		TaskID:        "recreated-by:" + p.cfg.TaskID,
+		Instance:      inst,
+		Expires:       p.cfg.Clock.Now().Add(p.cfg.LeaseDuration),
+		Duration:      p.cfg.LeaseDuration,
+		Nonce:         p.nonce(),
+		KnownVersions: p.KnownVersions(),
+		Acquirable:    true,
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.RequestTimeout)
+	defer cancel()
+	if _, err := p.repo.Create(ctx, l); err != nil {
+		p.log.Info("lease object not recreated", "node_id", inst.ID, "version", int64(inst.Version), "err", err)
+		return
+	}
+	p.log.Info("recreated the deleted lease object as an expiring lease at our version", "node_id", inst.ID, "version", int64(inst.Version))
+}
+
 // reconcile reads the object after a 412 or 409 to tell our own landed write
 // (answer lost, or an SDK retry) from someone else's.
 func (p *Provider) reconcile(cause error) (time.Duration, bool) {
@@ -743,6 +781,7 @@ func (p *Provider) reconcile(cause error) (time.Duration, bool) {
 	switch {
 	case errors.Is(err, ErrNotFound):
 		p.lose("lease object deleted", cause)
+		p.recreateDeleted(NodeInstance{ID: inst.ID, Version: inst.Version})
 		return 0, false
 	case errors.Is(err, ErrCorruptLease):
 		p.lose("lease object overwritten with a corrupt object", err)

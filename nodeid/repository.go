@@ -308,6 +308,9 @@ func setAcquirable(ctx context.Context, repo Repository, id int, acquirable bool
 	l.Acquirable = acquirable
 	l.Nonce = nonce()
 	if !l.Held() {
+		// A legacy release written back in this format must not start to
+		// count as graceful.
+		l.Forced = l.Forced || l.Legacy
 		l.Writer, l.Expires, l.Legacy = taskID, time.Now(), false
 	}
 	_, err = repo.Write(ctx, l, rec.ETag)
@@ -327,9 +330,9 @@ var ErrVersionUnknown = errors.New("the version of the node is unknown")
 // atLeast is required (ErrVersionUnknown).
 //
 // The holder, if alive, fails its next renewal and fences itself, but it may
-// still act until its self-fence deadline: the successor sees a released
-// lease and would hard-link every file, so only use this when the holder is
-// known to be dead.
+// still act until its self-fence deadline, so only use this when the holder
+// is known to be dead. The release is marked forced: the successor takes it
+// at once but copies the data rather than hard-linking it.
 func ForceRelease(ctx context.Context, repo Repository, id int, atLeast Version, taskID string) (Version, error) {
 	rec, err := repo.Get(ctx, id)
 	missing := errors.Is(err, ErrNotFound)
@@ -357,6 +360,7 @@ func ForceRelease(ctx context.Context, repo Repository, id int, atLeast Version,
 		Expires:    time.Now(),
 		Nonce:      newNonce(),
 		Acquirable: err != nil || rec.Lease.Acquirable,
+		Forced:     true,
 	}
 	if missing {
 		_, err = repo.Create(ctx, released)

@@ -12,6 +12,12 @@ import (
 // token that data directories (node-N/vK) and side effects are stamped with.
 type Version int64
 
+// MaxVersion is the largest version accepted: 2^53 - 1, exact in every JSON
+// parser (a Java long, a JavaScript number), and far enough from the int64
+// limit that version + 1 cannot wrap. A lease or mapping naming a larger one
+// is corrupt.
+const MaxVersion Version = 1<<53 - 1
+
 // NodeInstance is one tenure of a node ID: the ID and the version under which
 // a task holds it.
 type NodeInstance struct {
@@ -75,8 +81,8 @@ func (m *VersionMappings) UnmarshalJSON(b []byte) error {
 		if err != nil {
 			return fmt.Errorf("mappingsByNodeId: %w", err)
 		}
-		if v < 0 {
-			return fmt.Errorf("mappingsByNodeId: negative version %d for node %d", v, id)
+		if v < 0 || v > MaxVersion {
+			return fmt.Errorf("mappingsByNodeId: version %d for node %d is out of range", v, id)
 		}
 		out[id] = v
 	}

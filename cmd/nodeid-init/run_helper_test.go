@@ -1,6 +1,6 @@
 package main_test
 
-// Adversarial review: `run` releases the lease while a member of the child's
+// From an adversarial review: `run` releases the lease while a member of the child's
 // process group still writes the data directory.
 
 import (
@@ -21,7 +21,7 @@ import (
 // sees a released lease (previous_graceful=true), hard-links v1 into v2, and
 // the helper's late append to v1/data.log lands in the successor's
 // v2/data.log (same inode): invariant 3.
-func TestReviewRunReleasesWhileTheChildsGroupStillWrites(t *testing.T) {
+func TestRunDoesNotReleaseWhileTheChildsHelperStillWrites(t *testing.T) {
 	c := newCluster(t, s3test.StartVersity(t), 1)
 	const broker = `echo "written by $NODE_TASK_ID v$NODE_VERSION" >> "$NODE_DATA_DIR/data.log"
 (sleep 4; echo "STALE write from v$NODE_VERSION" >> "$NODE_DATA_DIR/data.log") >/dev/null 2>&1 &

@@ -1,6 +1,6 @@
 package nodeid_test
 
-// Adversarial review: the cluster marker's freshness proof.
+// From an adversarial review: the cluster marker's freshness proof.
 
 import (
 	"context"
@@ -63,7 +63,7 @@ func (r *gatedRepo) Write(ctx context.Context, l nodeid.Lease, etag string) (str
 // valid: invariants 1, 2 and 3 together. design.md says this residue
 // needs "all within the marker's own second"; for the marker's creator it
 // is unbounded in time.
-func TestReviewMarkerCreatorSkipsTheLastModifiedCheck(t *testing.T) {
+func TestMarkerCreatorChecksTheLastModifiedToo(t *testing.T) {
 	forEachServer(t, func(t *testing.T, srv *s3test.Server) {
 		direct := newRepo(t, srv, "")
 		gated := &gatedRepo{Repository: direct, waiting: make(chan struct{}), gate: make(chan struct{})}
