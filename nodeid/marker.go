@@ -103,6 +103,11 @@ func (m ClusterMarker) provesFresh(rec Record) bool {
 	if !ok || etag != rec.ETag {
 		return false
 	}
-	// Both times must be the server's: an unknown one proves nothing.
-	return !rec.LastModified.IsZero() && !m.LastModified.IsZero() && !rec.LastModified.After(m.LastModified)
+	// Both times must be the server's: an unknown one proves nothing. They
+	// are compared in whole seconds, S3's resolution: some servers give
+	// milliseconds in listings but whole seconds in a GET's header.
+	if rec.LastModified.IsZero() || m.LastModified.IsZero() {
+		return false
+	}
+	return !rec.LastModified.Truncate(ServerClockGranularity).After(m.LastModified.Truncate(ServerClockGranularity))
 }
