@@ -349,7 +349,12 @@ func Prepare(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 	if err := node.Chmod(target, cfg.dirMode); err != nil {
 		return "", Result{}, fmt.Errorf("datadir: %w", err)
 	}
-	if err := writeInProgress(node, target, inst.Version, cfg.cluster, os.O_EXCL); err != nil {
+	dst, err := node.Open(target)
+	if err != nil {
+		return "", Result{}, fmt.Errorf("datadir: %w", err)
+	}
+	defer dst.Close()
+	if err := writeInProgress(dst, inst.Version, cfg.cluster, false); err != nil {
 		return "", Result{}, fmt.Errorf("datadir: marking %s as in progress: %w", dir, err)
 	}
 
@@ -381,11 +386,11 @@ func Prepare(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 		}
 	}
 	m := Marker{InitializedAt: time.Now().UTC(), Version: inst.Version, InitializedFrom: from}
-	if err := writeMarker(node, target, m); err != nil {
+	if err := writeMarker(dst, m); err != nil {
 		return "", Result{}, fmt.Errorf("datadir: writing marker in %s: %w", dir, err)
 	}
 	// Valid now whatever happens to this file: a leftover copy is ignored.
-	if err := node.Remove(path.Join(target, PreparingName)); err != nil {
+	if err := unlinkAt(dst, PreparingName); err != nil {
 		log.Warn("datadir: cannot remove the in-progress file", "dir", dir, "err", err)
 	}
 
@@ -693,7 +698,13 @@ func collect(ctx context.Context, node *os.Root, nodePath string, current nodeid
 // point leaves a directory that is valid (a complete copy) or ours, never one
 // that is half-deleted yet unrecognisable.
 func removeValid(node *os.Root, name string, v nodeid.Version, c Cluster) error {
-	if err := writeInProgress(node, name, v, c, os.O_TRUNC); err != nil {
+	d, err := node.Open(name)
+	if err != nil {
+		return err
+	}
+	err = writeInProgress(d, v, c, true)
+	d.Close()
+	if err != nil {
 		return err
 	}
 	if err := node.Remove(path.Join(name, MarkerName)); err != nil {

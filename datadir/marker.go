@@ -137,30 +137,15 @@ func parseInitializedAt(raw json.RawMessage) (time.Time, error) {
 	return time.UnixMilli(ms), nil
 }
 
-// writeMarker creates the marker exclusively, so two preparations of the
-// same directory cannot both succeed, and syncs it and its directory so that
-// the marker survives a crash once writeMarker returns.
-func writeMarker(node *os.Root, dir string, m Marker) (err error) {
+// writeMarker creates the marker in the version directory dir exclusively,
+// so two preparations of the same directory cannot both succeed, and syncs
+// it and dir so that the marker survives a crash once writeMarker returns.
+func writeMarker(dir *os.File, m Marker) error {
 	b, err := json.Marshal(m)
 	if err != nil {
 		return err
 	}
-	f, err := node.OpenFile(path.Join(dir, MarkerName), os.O_WRONLY|os.O_CREATE|os.O_EXCL, markerMode)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-	}()
-	if _, err := f.Write(b); err != nil {
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		return err
-	}
-	return syncDir(node, dir)
+	return createFile(dir, MarkerName, b)
 }
 
 // syncDir fsyncs a directory, making the entries created in it durable.

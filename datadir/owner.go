@@ -90,7 +90,12 @@ func claimOwner(root *os.Root, rootPath string, c Cluster, log *slog.Logger) err
 	var rnd [8]byte
 	_, _ = rand.Read(rnd[:])
 	tmp := "." + OwnerName + "." + hex.EncodeToString(rnd[:])
-	if err := writeSynced(root, tmp, b, os.O_EXCL); err != nil {
+	dir, err := root.Open(".")
+	if err != nil {
+		return fmt.Errorf("datadir: %w", err)
+	}
+	defer dir.Close()
+	if err := createFile(dir, tmp, b); err != nil {
 		return fmt.Errorf("datadir: writing %s: %w", filepath.Join(rootPath, tmp), err)
 	}
 	defer root.Remove(tmp)
@@ -102,7 +107,7 @@ func claimOwner(root *os.Root, rootPath string, c Cluster, log *slog.Logger) err
 	case err != nil:
 		return fmt.Errorf("datadir: %w", err)
 	}
-	if err := syncDir(root, "."); err != nil {
+	if err := dir.Sync(); err != nil {
 		return fmt.Errorf("datadir: %w", err)
 	}
 	log.Info("datadir: data root claimed for this cluster", "root", rootPath, "cluster", c.String(),
@@ -122,27 +127,6 @@ func hasNodeDirs(root *os.Root) bool {
 	return false
 }
 
-// writeSynced writes a small file and fsyncs it and its directory. flag is
-// os.O_EXCL or os.O_TRUNC.
-func writeSynced(r *os.Root, name string, b []byte, flag int) (err error) {
-	f, err := r.OpenFile(name, os.O_WRONLY|os.O_CREATE|flag, markerMode)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-	}()
-	if _, err := f.Write(b); err != nil {
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		return err
-	}
-	return syncDir(r, path.Dir(name))
-}
-
 type inProgress struct {
 	Version nodeid.Version `json:"version"`
 	Bucket  string         `json:"bucket"`
@@ -150,12 +134,17 @@ type inProgress struct {
 }
 
 // writeInProgress marks the version directory dir as ours and unfinished.
-func writeInProgress(node *os.Root, dir string, v nodeid.Version, c Cluster, flag int) error {
+// With replace, an existing in-progress file is unlinked first, never
+// written through.
+func writeInProgress(dir *os.File, v nodeid.Version, c Cluster, replace bool) error {
 	b, err := json.Marshal(inProgress{Version: v, Bucket: c.Bucket, Prefix: c.Prefix})
 	if err != nil {
 		return err
 	}
-	return writeSynced(node, path.Join(dir, PreparingName), b, flag)
+	if replace {
+		return replaceFile(dir, PreparingName, b)
+	}
+	return createFile(dir, PreparingName, b)
 }
 
 // ownLeftover reports whether dir holds an in-progress file naming version v
