@@ -2,6 +2,7 @@ package datadir
 
 import (
 	"context"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -77,4 +78,124 @@ func TestCollectDoesNotWriteThroughAPlantedInProgressFile(t *testing.T) {
 			}
 		})
 	}
+}
+
+// GC used to check a version directory with Lstat (inspect) and then remove
+// it by path through os.Root (removeValid, removeLeftover), which follows a
+// symlink that stays inside node-N. A tenant that swaps the directory for a
+// symlink in between (rename v1 away, symlink v1 -> v2) makes GC delete the
+// marker and the files of the version the symlink points to.
+//
+// Schedule: v1 valid and beyond Keep, v2 current. Collect(v2, Keep 1)
+// inspects v1 (a valid directory) and writes v1/.nodeid-preparing; the
+// tenant sees that file appear and swaps v1 for a symlink to v2 during the
+// fsyncs that follow; GC then removes "v1/directory-initialized.json" and
+// every entry of "v1", i.e. of v2.
+func TestGCOfAVersionSwappedForASymlinkSparesItsTarget(t *testing.T) {
+	for attempt := 0; attempt < 20; attempt++ {
+		root := t.TempDir()
+		v1 := makeVersion(t, root, 0, 1, map[string]string{"data": "garbage v1"}, 1)
+		v2 := makeVersion(t, root, 0, 2, map[string]string{"data": "current v2", "snap/s": "snapshot"}, 2)
+		swapped := make(chan bool, 1)
+		go func() {
+			for i := 0; i < 2_000_000; i++ {
+				if _, err := os.Lstat(filepath.Join(v1, PreparingName)); err == nil {
+					if os.Rename(v1, v1+".moved") == nil && os.Symlink("v2", v1) == nil {
+						swapped <- true
+						return
+					}
+					break
+				}
+			}
+			swapped <- false
+		}()
+		_, err := Collect(context.Background(), root, inst(0, 2), Options{Keep: 1, Logger: quiet})
+		if !<-swapped {
+			continue
+		}
+		got := snapshotTree(t, v2)
+		if _, ok := got["data"]; !ok || !exists(t, filepath.Join(v2, MarkerName)) {
+			t.Fatalf("attempt %d: Collect(current v2) after v1 was swapped for a symlink to v2 (Collect err: %v): v2 now holds %v (marker and data of the current version deleted)",
+				attempt, err, keys(got))
+		}
+		t.Logf("attempt %d: swap landed, v2 intact (Collect err: %v)", attempt, err)
+		return
+	}
+	t.Skip("the swap never landed between inspection and removal")
+}
+
+// The same swap, deterministic and for every kind of directory GC removes
+// (and Prepare's redo of a leftover target): removal works below the
+// directory that was inspected, and rmdir of the name refuses once it is
+// no longer that directory.
+func TestRemovalWorksOnTheInspectedDirectory(t *testing.T) {
+	for _, kind := range []string{"valid", "leftover", "empty"} {
+		t.Run(kind, func(t *testing.T) {
+			root := t.TempDir()
+			var v1 string
+			switch kind {
+			case "valid":
+				v1 = makeVersion(t, root, 0, 1, map[string]string{"data": "garbage v1", "sub/x": "y"}, 1)
+			case "leftover":
+				v1 = makeVersion(t, root, 0, 1, map[string]string{"data": "partial", "sub/x": "y"}, -1)
+				writePreparing(t, v1, 1, clusterA)
+			case "empty":
+				v1 = makeVersion(t, root, 0, 1, nil, -1)
+			}
+			v2 := makeVersion(t, root, 0, 2, map[string]string{"data": "current v2", "sub/x": "live"}, 2)
+			before := snapshotTree(t, v2)
+
+			r, err := os.OpenRoot(root)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			node, err := openNodeDir(r, "node-0", 0, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer node.Close()
+			e, err := inspect(node.f, "v1", 1, clusterA)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e.close()
+			if err := os.Rename(v1, v1+".moved"); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink("v2", v1); err != nil {
+				t.Fatal(err)
+			}
+			if kind == "valid" {
+				err = removeValid(node.f, e, clusterA)
+			} else {
+				err = removeUnfinished(node.f, e)
+			}
+			if err == nil {
+				t.Error("removal of a directory swapped for a symlink succeeded")
+			}
+			equalMaps(t, snapshotTree(t, v2), before)
+			if fi, err := os.Lstat(v1); err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+				t.Errorf("the symlink in v1's place: %v, %v", fi, err)
+			}
+		})
+	}
+}
+
+// Removal never follows a symlink inside the garbage either.
+func TestGCDoesNotFollowSymlinksInsideWhatItRemoves(t *testing.T) {
+	root := t.TempDir()
+	v1 := makeVersion(t, root, 0, 1, map[string]string{"data": "garbage"}, 1)
+	v2 := makeVersion(t, root, 0, 2, map[string]string{"data": "current", "snap/s": "snapshot"}, 2)
+	for link, target := range map[string]string{"dir": "../v2", "snap": "../v2/snap", "file": "../v2/data", "abs": v2} {
+		if err := os.Symlink(target, filepath.Join(v1, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := snapshotTree(t, v2)
+	removed, err := Collect(context.Background(), root, inst(0, 2), Options{Keep: 1, Logger: quiet})
+	if err != nil || !slices.Equal(removed, []string{v1}) {
+		t.Fatalf("Collect = %v, %v", removed, err)
+	}
+	equalMaps(t, snapshotTree(t, v2), before)
 }

@@ -28,20 +28,21 @@ func Newest(root string, id int) (nodeid.Version, bool, error) {
 		return 0, false, err
 	}
 	defer node.Close()
-	vs, err := versionDirs(node)
+	vs, err := versionDirs(node.f)
 	if err != nil {
 		return 0, false, err
 	}
 	for _, v := range vs {
-		st, why, err := inspect(node, versionDirName(v), v, Cluster{})
+		e, err := inspect(node.f, versionDirName(v), v, Cluster{})
+		e.close()
 		switch {
 		case err != nil:
 			return 0, false, err
-		case st == stateValid:
+		case e.st == stateValid:
 			return v, true, nil
-		case st == stateBadMarker:
+		case e.st == stateBadMarker:
 			// Perhaps a newer version in another format: do not guess below it.
-			return 0, false, fmt.Errorf("%w: %s: %s", ErrUnrecognized, versionDirName(v), why)
+			return 0, false, fmt.Errorf("%w: %s: %s", ErrUnrecognized, versionDirName(v), e.why)
 		}
 	}
 	return 0, false, nil

@@ -6,11 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"log/slog"
 	"os"
-	"path"
 	"path/filepath"
 	"strings"
 
@@ -43,7 +41,12 @@ const PreparingName = ".nodeid-preparing"
 // there is none. A file that cannot be parsed names no cluster we could
 // safely claim over, so it is ErrForeignCluster.
 func readOwner(root *os.Root, rootPath string) (c Cluster, ok bool, err error) {
-	b, err := readSmallFile(root, OwnerName)
+	dir, err := root.Open(".")
+	if err != nil {
+		return Cluster{}, false, fmt.Errorf("datadir: %w", err)
+	}
+	defer dir.Close()
+	b, err := readSmallFileAt(dir, OwnerName)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return Cluster{}, false, nil
@@ -150,8 +153,8 @@ func writeInProgress(dir *os.File, v nodeid.Version, c Cluster, replace bool) er
 // ownLeftover reports whether dir holds an in-progress file naming version v
 // and cluster c. Only an I/O error is an error: a missing or unreadable file
 // just does not prove anything.
-func ownLeftover(node *os.Root, dir string, v nodeid.Version, c Cluster) (bool, error) {
-	b, err := readSmallFile(node, path.Join(dir, PreparingName))
+func ownLeftover(dir *os.File, v nodeid.Version, c Cluster) (bool, error) {
+	b, err := readSmallFileAt(dir, PreparingName)
 	switch {
 	case errors.Is(err, fs.ErrNotExist), errors.Is(err, errBadFile):
 		return false, nil
@@ -167,21 +170,4 @@ func ownLeftover(node *os.Root, dir string, v nodeid.Version, c Cluster) (bool, 
 		return false, nil
 	}
 	return *w.Version == v && *w.Bucket == c.Bucket && *w.Prefix == c.Prefix, nil
-}
-
-// isEmpty reports whether the directory dir has no entries: removing it
-// cannot lose anything.
-func isEmpty(node *os.Root, dir string) (bool, error) {
-	d, err := node.Open(dir)
-	if err != nil {
-		return false, fmt.Errorf("datadir: %w", err)
-	}
-	defer d.Close()
-	switch _, err := d.Readdirnames(1); {
-	case err == io.EOF:
-		return true, nil
-	case err != nil:
-		return false, fmt.Errorf("datadir: %w", err)
-	}
-	return false, nil
 }

@@ -40,6 +40,10 @@ type tree struct {
 	src, dst string // version directory names in node
 	dstPath  string // dst as a path, for otiai10/copy
 
+	// The source and target as Prepare inspected and created them; the
+	// roots below are checked to be these directories.
+	srcDir, dstDir *os.File
+
 	srcRoot, dstRoot *os.Root
 	dirs             dirCache // parent directories for linkat
 
@@ -84,11 +88,11 @@ func (t *tree) classify(rel string, mode fs.FileMode) action {
 }
 
 func (t *tree) copyAndValidate(res *Result) (err error) {
-	if t.srcRoot, err = t.node.OpenRoot(t.src); err != nil {
+	if t.srcRoot, err = openRootAt(t.node, t.src, t.srcDir); err != nil {
 		return fmt.Errorf("datadir: %w", err)
 	}
 	defer t.srcRoot.Close()
-	if t.dstRoot, err = t.node.OpenRoot(t.dst); err != nil {
+	if t.dstRoot, err = openRootAt(t.node, t.dst, t.dstDir); err != nil {
 		return fmt.Errorf("datadir: %w", err)
 	}
 	defer t.dstRoot.Close()
@@ -336,15 +340,6 @@ func (t *tree) validateSubdir(src, dst *os.File, name, rel string) error {
 	}
 	defer d.Close()
 	return t.validateDir(s, d, rel)
-}
-
-// openDirAt opens the directory name in dir without following a symlink.
-func openDirAt(dir *os.File, name string) (*os.File, error) {
-	fd, err := unix.Openat(int(dir.Fd()), name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, &os.PathError{Op: "openat", Path: path.Join(dir.Name(), name), Err: err}
-	}
-	return os.NewFile(uintptr(fd), path.Join(dir.Name(), name)), nil
 }
 
 func fstatat(dirfd int, name string, st *unix.Stat_t) error {
