@@ -175,3 +175,77 @@ func TestOrphansAreReapedWhileTheCommandRuns(t *testing.T) {
 	pid := helperPID(t, c, "orphan")
 	waitFor(t, 3*time.Second, "the orphan to be reaped", func() bool { return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) })
 }
+
+// leaderLeavesGroup is a command (perl) whose leader forks a child into a
+// group of its own, then moves itself into that group (setpgid is allowed
+// for a process that is not a session leader): nothing is left in the group
+// run created. Both append to logs in the data directory. With IGNORE_TERM
+// set they ignore SIGTERM.
+const leaderLeavesGroup = `
+$SIG{TERM} = 'IGNORE' if $ENV{IGNORE_TERM};
+my $c = fork();
+if ($c == 0) {
+	setpgrp(0, 0);
+	open(P, ">", "$ENV{DIR}/grp.pid"); print P "$$\n"; close P;
+	while (1) { open(F, ">>", "$ENV{NODE_DATA_DIR}/grp.log"); print F "x\n"; close F; select(undef, undef, undef, 0.02); }
+}
+select(undef, undef, undef, 0.3);
+setpgrp(0, $c) or die "setpgrp: $!";
+open(P, ">", "$ENV{DIR}/leader.pid"); print P "$$\n"; close P;
+open(R, ">", $ENV{REPORT}); print R "$ENV{NODE_ID} $ENV{NODE_VERSION} $ENV{NODE_PREVIOUS_GRACEFUL}\n"; close R;
+while (1) { open(F, ">>", "$ENV{NODE_DATA_DIR}/leader.log"); print F "x\n"; close F; select(undef, undef, undef, 0.02); }
+`
+
+// On a loss run used to SIGKILL the process group -pid and then wait for
+// the leader without a bound. A leader that had moved to another group was
+// not hit, so run never exited and the command kept writing its data
+// directory while a successor held the node. Now the whole tree dies at
+// once and run exits 3.
+func TestLeaseLossKillsALeaderThatLeftItsGroup(t *testing.T) {
+	c := newCluster(t, s3test.NewFake(t), 1)
+	tk := c.start("holder", []string{"DIR=" + c.dir}, "run", "--", "perl", "-e", leaderLeavesGroup)
+	id, v, _ := tk.identity(t, 20*time.Second)
+	leader, grp := helperPID(t, c, "leader"), helperPID(t, c, "grp")
+	body := fmt.Sprintf(`{"taskId":"intruder","timestamp":%d,"nodeInstance":{"id":%d,"version":%d},"knownVersionMappings":{"mappingsByNodeId":{}}}`,
+		time.Now().Add(time.Hour).UnixMilli(), id, v)
+	putObject(t, c.srv, "e2e/"+nodeid.LeaseKey("", id), body, map[string]string{"taskid": "intruder", "version": fmt.Sprint(v), "acquirable": "true"})
+	if code := tk.wait(t, 10*time.Second); code != 3 {
+		t.Fatalf("exit code %d after the lease was overwritten, want 3", code)
+	}
+	assertGone(t, "leader", leader)
+	assertGone(t, "grp", grp)
+	assertStill(t, filepath.Join(c.root, "node-0", "v1", "leader.log"))
+	assertStill(t, filepath.Join(c.root, "node-0", "v1", "grp.log"))
+}
+
+// A forwarded SIGTERM reaches a leader that left its group, and the SIGKILL
+// after --stop-timeout reaches it even when it ignores SIGTERM: run used to
+// signal only the group, and then waited for the leader forever.
+func TestStopReachesALeaderThatLeftItsGroup(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		ignoreTerm string
+		want       int
+	}{
+		{"dies of SIGTERM", "", 0},
+		{"ignores SIGTERM", "1", 137},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t, s3test.NewFake(t), 1)
+			tk := c.start("holder", []string{"DIR=" + c.dir, "IGNORE_TERM=" + tc.ignoreTerm, "NODEID_STOP_TIMEOUT=1s"},
+				"run", "--", "perl", "-e", leaderLeavesGroup)
+			tk.identity(t, 20*time.Second)
+			leader, grp := helperPID(t, c, "leader"), helperPID(t, c, "grp")
+			if err := tk.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			if code := tk.wait(t, 10*time.Second); code != tc.want {
+				t.Fatalf("exit code %d after SIGTERM, want %d", code, tc.want)
+			}
+			assertGone(t, "leader", leader)
+			assertGone(t, "grp", grp)
+			assertOrder(t, tk.out.String())
+			assertStill(t, filepath.Join(c.root, "node-0", "v1", "grp.log"))
+		})
+	}
+}
