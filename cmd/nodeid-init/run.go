@@ -102,6 +102,12 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := becomeSubreaper(); err != nil {
 		sess.log.Warn("cannot become a child subreaper; processes that leave the command's process group are not tracked", "err", err)
 	}
+	// PDEATHSIG reaches the command only; the rest of its tree dies with
+	// nodeid-init only when the kernel tears down the PID namespace.
+	if !diesWithItsTree() {
+		sess.log.Warn("not PID 1 of a PID namespace: if nodeid-init is SIGKILLed (OOM killer, kill -9), processes the command started may keep writing after the lease expires",
+			"pid", os.Getpid(), "fix", "make `nodeid-init run` the container's entrypoint, without pidMode task or host (docs/ecs.md)")
+	}
 
 	// Pdeathsig kills the child if this process dies, even by SIGKILL; it
 	// is tied to the OS thread that forks, so keep this goroutine on it.

@@ -26,6 +26,26 @@ func becomeSubreaper() error {
 	return unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 }
 
+// diesWithItsTree reports whether the kernel kills every process of the
+// command when nodeid-init dies, even by SIGKILL: when nodeid-init is PID 1
+// of its PID namespace, whose end kills everything in it, or the child of a
+// minimal init that is PID 1 and exits with its child (ECS's
+// initProcessEnabled runs docker-init, i.e. tini).
+func diesWithItsTree() bool {
+	if os.Getpid() == 1 {
+		return true
+	}
+	if os.Getppid() != 1 {
+		return false
+	}
+	b, _ := os.ReadFile("/proc/1/comm")
+	switch strings.TrimSpace(string(b)) {
+	case "docker-init", "tini", "dumb-init", "catatonit":
+		return true
+	}
+	return false
+}
+
 // proc holds the fields of /proc/PID/stat that run needs.
 type proc struct {
 	pid, ppid, pgid, threads int

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -247,5 +248,85 @@ func TestStopReachesALeaderThatLeftItsGroup(t *testing.T) {
 			assertOrder(t, tk.out.String())
 			assertStill(t, filepath.Join(c.root, "node-0", "v1", "grp.log"))
 		})
+	}
+}
+
+// grows reports whether the file grows within d.
+func grows(path string, d time.Duration) bool {
+	before, err := os.Stat(path)
+	if err != nil {
+		return false
+	}
+	time.Sleep(d)
+	after, err := os.Stat(path)
+	return err == nil && after.Size() > before.Size()
+}
+
+const notPID1 = "not PID 1 of a PID namespace"
+
+// PDEATHSIG reaches only the command: if nodeid-init is SIGKILLed (OOM
+// killer, kill -9), what stops the rest of the command's tree is the PID
+// namespace. As its PID 1 (a container's entrypoint), nodeid-init takes
+// every process of the namespace with it. Outside such a namespace nothing
+// can, and run warns at start.
+func TestRunWarnsWhenNotPID1(t *testing.T) {
+	c := newCluster(t, s3test.NewFake(t), 1)
+	tk := c.runTask("holder")
+	tk.identity(t, 20*time.Second)
+	if !strings.Contains(tk.out.String(), notPID1) {
+		t.Errorf("no %q warning from a nodeid-init that is not PID 1", notPID1)
+	}
+}
+
+// As PID 1 of a PID namespace (unshare, as a container runtime does), a
+// SIGKILL of nodeid-init leaves nothing of the command writing: not the
+// command, not a helper in its group, not one that left it with setsid.
+func TestKill9OfTheSupervisorAsPID1StopsEveryWriter(t *testing.T) {
+	unshare := []string{"--user", "--map-root-user", "--pid", "--mount-proc", "--kill-child"}
+	if out, err := exec.Command("unshare", append(unshare, "true")...).CombinedOutput(); err != nil {
+		t.Skipf("cannot create a PID namespace here: %v %s", err, out)
+	}
+	c := newCluster(t, s3test.NewFake(t), 1)
+	script := helper("bg", false, false) + helper("daemon", true, false) + report + `while :; do sleep 0.02; done`
+	args := append(unshare, binary, "run", "--", "sh", "-c", script)
+	tk := c.startProgram("holder", []string{"DIR=" + c.dir}, "unshare", args...)
+	_, v, _ := tk.identity(t, 20*time.Second)
+	if strings.Contains(tk.out.String(), notPID1) {
+		t.Errorf("%q warning from nodeid-init as PID 1", notPID1)
+	}
+	// The helpers' pid files hold pids of the namespace: not usable here.
+	dir := filepath.Join(c.root, "node-0", fmt.Sprintf("v%d", v))
+	for _, name := range []string{"bg", "daemon"} {
+		if !grows(filepath.Join(dir, name+".log"), 300*time.Millisecond) {
+			t.Fatalf("helper %s does not write", name)
+		}
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", tk.cmd.Process.Pid, tk.cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	supervisor, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatalf("children of unshare: %q", b)
+	}
+	ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", supervisor))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(supervisor, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	tk.wait(t, 5*time.Second)
+	waitFor(t, 3*time.Second, "every process of the namespace to be gone", func() bool {
+		procs, _ := filepath.Glob("/proc/[0-9]*/ns/pid")
+		for _, p := range procs {
+			if l, err := os.Readlink(p); err == nil && l == ns {
+				return false
+			}
+		}
+		return true
+	})
+	for _, name := range []string{"bg", "daemon"} {
+		assertStill(t, filepath.Join(dir, name+".log"))
 	}
 }
