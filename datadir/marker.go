@@ -120,16 +120,3 @@ func writeMarker(dir *os.File, m Marker) error {
 	}
 	return createFile(dir, MarkerName, b)
 }
-
-// syncDir fsyncs a directory, making the entries created in it durable.
-func syncDir(node *os.Root, dir string) error {
-	d, err := node.Open(dir)
-	if err != nil {
-		return err
-	}
-	serr := d.Sync()
-	if cerr := d.Close(); serr == nil {
-		serr = cerr
-	}
-	return serr
-}
