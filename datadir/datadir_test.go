@@ -833,8 +833,9 @@ func TestCancelledMidCopy(t *testing.T) {
 func TestWorkers(t *testing.T) {
 	files := map[string]string{}
 	for i := range 80 {
-		// 20 leaf directories: more than the descriptor cache holds for
-		// source and target together, so entries are evicted while in use.
+		// 20 leaf directories: workers copy and link in several
+		// directories at once, and a directory is finished (times, mode)
+		// only once its files are done.
 		files[fmt.Sprintf("d%d/e%d/f%d", i%4, i%5, i)] = strings.Repeat("y", i*100)
 	}
 	for _, tc := range []struct {

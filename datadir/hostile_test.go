@@ -264,3 +264,85 @@ func TestSymlinkedNewerVersionIsRefused(t *testing.T) {
 		}
 	})
 }
+
+// otiai10/copy, which Prepare used to copy with, wrote the target by path
+// (os.Create with O_TRUNC, MkdirAll, Chmod, Chtimes), all following
+// symlinks, so a symlink planted in the target while Prepare ran redirected
+// those writes anywhere, out of the data root too.
+//
+// Schedule: Prepare(v2) copies or links v1. Just before the file "b" (or
+// the directory "d") is carried over, a tenant (same uid, same EFS access
+// point) plants v2/b -> <outside>/victim and v2/d -> <outside>/dir. Prepare
+// used to overwrite victim, write d's files into <outside>/dir and chmod
+// it. Now the planted entry makes the copy fail, nothing outside is
+// touched, and the next Prepare removes the leftover (the planted symlinks
+// themselves, not what they point to) and redoes it.
+func TestPrepareDoesNotWriteThroughEntriesPlantedInTheTarget(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		plant    string // planted just before "b" is carried over
+		graceful bool
+	}{
+		{"file, copied", "b", false},
+		{"file, linked", "b", true},
+		{"directory", "d", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root, outside := t.TempDir(), t.TempDir()
+			victim := filepath.Join(outside, "victim")
+			if err := os.WriteFile(victim, []byte("not yours"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			victimDir := filepath.Join(outside, "dir")
+			if err := os.Mkdir(victimDir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			files := map[string]string{"a": "alpha", "b": "beta from v1", "d/f": "file of d"}
+			v1 := makeVersion(t, root, 0, 1, files, 1)
+			if err := os.Chmod(filepath.Join(v1, "d"), 0o777); err != nil {
+				t.Fatal(err)
+			}
+			target := Dir(root, inst(0, 2))
+			planted := false
+			setHook(t, &testHookFile, func(rel string) {
+				if rel != "b" || planted {
+					return
+				}
+				planted = true
+				to := map[string]string{"b": victim, "d": victimDir}[tc.plant]
+				if err := os.Symlink(to, filepath.Join(target, tc.plant)); err != nil {
+					t.Error(err)
+				}
+			})
+			opts := Options{Logger: quiet, Cluster: clusterA, PreviousGraceful: tc.graceful}
+			_, _, err := Prepare(context.Background(), root, inst(0, 2), opts)
+			if !planted {
+				t.Fatal("hook never ran")
+			}
+			if err == nil {
+				t.Error("Prepare succeeded with entries planted in its target")
+			}
+			checkOutside := func() {
+				t.Helper()
+				if b, _ := os.ReadFile(victim); string(b) != "not yours" {
+					t.Errorf("Prepare wrote outside the data root: %s = %q", victim, b)
+				}
+				if entries, _ := os.ReadDir(victimDir); len(entries) != 0 {
+					t.Errorf("Prepare created %d entries in %s outside the data root", len(entries), victimDir)
+				}
+				if fi, err := os.Stat(victimDir); err != nil || fi.Mode().Perm() != 0o700 {
+					t.Errorf("Prepare chmodded %s outside the data root: %v, was 0700 (%v)", victimDir, fi.Mode().Perm(), err)
+				}
+			}
+			checkOutside()
+
+			testHookFile = nil
+			dir, res := mustPrepare(t, root, inst(0, 2), opts)
+			if !res.Redone {
+				t.Error("Redone = false")
+			}
+			equalMaps(t, contents(t, dir), files)
+			checkOutside()
+		})
+	}
+}
