@@ -234,7 +234,7 @@ func (t *tree) copySubdir(src, dst *os.File, name, rel string, st *unix.Stat_t) 
 	if err := setTimes(dst, name, st); err != nil {
 		return err
 	}
-	if err := unix.Fchmod(int(d.Fd()), st.Mode&0o7777); err != nil {
+	if err := unix.Fchmod(int(d.Fd()), uint32(st.Mode&0o7777)); err != nil {
 		return &os.PathError{Op: "fchmod", Path: path.Join(t.dst, rel), Err: err}
 	}
 	return nil
@@ -289,7 +289,7 @@ func (t *tree) copyFile(src, dst *os.File, name, rel string) (err error) {
 	if _, err := io.Copy(df, sf); err != nil {
 		return err
 	}
-	if err := unix.Fchmod(dfd, st.Mode&0o7777); err != nil {
+	if err := unix.Fchmod(dfd, uint32(st.Mode&0o7777)); err != nil {
 		return &os.PathError{Op: "fchmod", Path: df.Name(), Err: err}
 	}
 	return setTimes(dst, name, &st)
