@@ -103,12 +103,12 @@ func generateTree(b *testing.B, root string, files, total int) {
 			b.Fatal(err)
 		}
 	}
-	node, err := os.OpenRoot(filepath.Dir(src))
+	d, err := os.Open(src)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer node.Close()
-	if err := writeMarker(node, filepath.Base(src), Marker{InitializedAt: time.Now()}); err != nil {
+	defer d.Close()
+	if err := writeMarker(d, Marker{InitializedAt: time.Now()}); err != nil {
 		b.Fatal(err)
 	}
 }

@@ -16,16 +16,19 @@
 package datadir
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
 	"os"
-	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/nodeid/nodeid/nodeid"
 )
@@ -317,9 +320,10 @@ func Prepare(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 		return "", Result{}, err
 	default:
 		defer node.Close()
-		if p, err = planPrepare(node, nodePath, inst.Version, cfg.cluster); err != nil {
+		if p, err = planPrepare(node.f, nodePath, inst.Version, cfg.cluster); err != nil {
 			return "", Result{}, err
 		}
+		defer p.close()
 	}
 
 	if claim {
@@ -334,40 +338,39 @@ func Prepare(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 		defer node.Close()
 	}
 	var res Result
-	if p.target == stateLeftover || p.target == stateEmpty {
+	if p.target.st == stateLeftover || p.target.st == stateEmpty {
 		log.Warn("datadir: removing leftovers of an interrupted preparation", "dir", dir)
-		if err := removeUnfinished(node, target, p.target); err != nil {
+		if err := removeUnfinished(node.f, p.target); err != nil {
 			return "", Result{}, fmt.Errorf("datadir: removing leftovers %s: %w", dir, err)
 		}
 		res.Redone = true
 	}
 
-	if err := node.Mkdir(target, cfg.dirMode); err != nil {
+	dst, err := makeDir(node.f, target, cfg.dirMode)
+	if err != nil {
 		return "", Result{}, fmt.Errorf("datadir: creating %s: %w", dir, err)
 	}
-	// Mkdir is subject to the umask; the mode is part of the contract.
-	if err := node.Chmod(target, cfg.dirMode); err != nil {
-		return "", Result{}, fmt.Errorf("datadir: %w", err)
-	}
-	if err := writeInProgress(node, target, inst.Version, cfg.cluster, os.O_EXCL); err != nil {
+	defer dst.Close()
+	if err := writeInProgress(dst, inst.Version, cfg.cluster, false); err != nil {
 		return "", Result{}, fmt.Errorf("datadir: marking %s as in progress: %w", dir, err)
 	}
 
 	var from *nodeid.Version
-	if p.found {
-		src := p.source
+	if p.source.dir != nil {
+		src := p.source.v
 		res.HasSource, res.Source, from = true, src, &src
 		log.Info("datadir: preparing from previous version", "source", int64(src), "graceful", cfg.graceful)
 		t := &tree{
-			ctx: ctx, cfg: cfg, log: log, node: node,
-			src: versionDirName(src), dst: target,
+			ctx: ctx, cfg: cfg, log: log, node: node.r,
+			src: p.source.name, dst: target,
+			srcDir: p.source.dir, dstDir: dst,
 			dstPath: dir,
 		}
 		if err := t.copyAndValidate(&res); err != nil {
 			return "", Result{}, err
 		}
 		// The copy keeps the source's top-level mode; restore ours.
-		if err := node.Chmod(target, cfg.dirMode); err != nil {
+		if err := dst.Chmod(cfg.dirMode); err != nil {
 			return "", Result{}, fmt.Errorf("datadir: %w", err)
 		}
 	} else {
@@ -376,20 +379,21 @@ func Prepare(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 
 	// Everything below the marker must be durable before the marker is.
 	if flushBeforeMarker {
-		if err := syncTree(node, target); err != nil {
+		if err := syncTree(dst); err != nil {
 			return "", Result{}, fmt.Errorf("datadir: flushing %s: %w", dir, err)
 		}
 	}
 	m := Marker{InitializedAt: time.Now().UTC(), Version: inst.Version, InitializedFrom: from}
-	if err := writeMarker(node, target, m); err != nil {
+	if err := writeMarker(dst, m); err != nil {
 		return "", Result{}, fmt.Errorf("datadir: writing marker in %s: %w", dir, err)
 	}
 	// Valid now whatever happens to this file: a leftover copy is ignored.
-	if err := node.Remove(path.Join(target, PreparingName)); err != nil {
+	if err := unlinkAt(dst, PreparingName); err != nil {
 		log.Warn("datadir: cannot remove the in-progress file", "dir", dir, "err", err)
 	}
 
-	removed, err := collect(ctx, node, nodePath, inst.Version, cfg.keep, cfg.cluster, log)
+	p.close() // GC may remove the source
+	removed, err := collect(ctx, node.f, nodePath, inst.Version, cfg.keep, cfg.cluster, log)
 	res.Removed = removed
 	if err != nil {
 		log.Warn("datadir: garbage collection failed", "err", err)
@@ -439,7 +443,7 @@ func Collect(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 	}
 	defer node.Close()
 	log := cfg.log.With("node", inst.ID, "version", int64(inst.Version))
-	return collect(ctx, node, filepath.Join(root, nodeDirName(inst.ID)), inst.Version, cfg.keep, cfg.cluster, log)
+	return collect(ctx, node.f, filepath.Join(root, nodeDirName(inst.ID)), inst.Version, cfg.keep, cfg.cluster, log)
 }
 
 // openRoot checks root up front so that a misconfigured mount gives one clear
@@ -467,35 +471,54 @@ func openRoot(root string) (*os.Root, error) {
 	return r, nil
 }
 
-// openNodeDir opens <root>/node-N as a confined root, so that no path used
-// later can leave it. A symlink in its place is refused: it could point
-// anywhere.
-func openNodeDir(root *os.Root, name string, mode fs.FileMode, create bool) (*os.Root, error) {
+// nodeDir is <root>/node-N, opened once without following a symlink: f for
+// the *at system calls, r (the same directory) for the copy.
+type nodeDir struct {
+	f *os.File
+	r *os.Root
+}
+
+func (n *nodeDir) Close() {
+	n.f.Close()
+	n.r.Close()
+}
+
+// openNodeDir opens <root>/node-N. A symlink in its place is refused: it
+// could point anywhere.
+func openNodeDir(root *os.Root, name string, mode fs.FileMode, create bool) (*nodeDir, error) {
+	rf, err := root.Open(".")
+	if err != nil {
+		return nil, fmt.Errorf("datadir: %w", err)
+	}
+	defer rf.Close()
+	var f *os.File
 	if create {
-		switch err := root.Mkdir(name, mode); {
-		case err == nil:
-			if err := root.Chmod(name, mode); err != nil {
-				return nil, fmt.Errorf("datadir: %w", err)
-			}
-		case !errors.Is(err, fs.ErrExist):
-			return nil, fmt.Errorf("datadir: creating %s: %w", name, err)
+		f, err = makeDir(rf, name, mode)
+		if errors.Is(err, fs.ErrExist) {
+			err = nil
 		}
 	}
-	fi, err := root.Lstat(name)
-	if err != nil {
-		return nil, fmt.Errorf("datadir: %w", err)
+	if f == nil && err == nil {
+		f, err = openDirAt(rf, name)
 	}
 	switch {
-	case fi.Mode()&fs.ModeSymlink != 0:
-		return nil, fmt.Errorf("%w: %s is a symlink", ErrUnsafeSymlink, name)
-	case !fi.IsDir():
+	case errors.Is(err, unix.ELOOP), errors.Is(err, unix.ENOTDIR):
+		// Linux reports a symlink opened with O_DIRECTORY|O_NOFOLLOW as
+		// either.
+		var st unix.Stat_t
+		if fstatat(int(rf.Fd()), name, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK {
+			return nil, fmt.Errorf("%w: %s is a symlink", ErrUnsafeSymlink, name)
+		}
 		return nil, fmt.Errorf("datadir: %s is not a directory", name)
-	}
-	r, err := root.OpenRoot(name)
-	if err != nil {
+	case err != nil:
 		return nil, fmt.Errorf("datadir: %w", err)
 	}
-	return r, nil
+	r, err := openRootAt(root, name, f)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("datadir: %w", err)
+	}
+	return &nodeDir{f: f, r: r}, nil
 }
 
 type dirState int
@@ -506,136 +529,180 @@ const (
 	stateLeftover           // ours, unfinished: no valid marker, our in-progress file
 	stateEmpty              // an empty directory: removing it loses nothing
 	stateBadMarker          // a marker that cannot be read, not ours: perhaps valid in another format
-	stateNotOurs            // anything else without a valid marker: not ours to judge
+	stateNotDir             // a symlink, file or anything else that is not a directory
+	stateNotOurs            // a directory without a valid marker or an in-progress file of ours
 )
 
-// inspect classifies the entry name of the node directory as the directory of
-// version v; why says what is wrong with a directory that is not valid. An
-// error means the state could not be established (for example an I/O error
-// reading the marker); callers then must not remove anything.
-func inspect(node *os.Root, name string, v nodeid.Version, c Cluster) (st dirState, why string, err error) {
-	fi, err := node.Lstat(name)
-	if errors.Is(err, fs.ErrNotExist) {
-		return stateMissing, "", nil
+// entry is a version directory as inspect judged it. dir is the directory
+// itself, held open from the judgement to whatever is done with it, so
+// that swapping the name for something else meanwhile changes nothing.
+type entry struct {
+	name string
+	v    nodeid.Version
+	st   dirState
+	why  string   // what is wrong with a directory that is not valid
+	dir  *os.File // nil unless st is stateValid, stateLeftover, stateEmpty
+}
+
+func (e *entry) close() {
+	if e.dir != nil {
+		e.dir.Close()
+		e.dir = nil
 	}
-	if err != nil {
-		return 0, "", fmt.Errorf("datadir: %w", err)
-	}
-	if !fi.IsDir() {
+}
+
+// inspect classifies the entry name of the node directory as the directory
+// of version v. An error means the state could not be established (for
+// example an I/O error reading the marker); callers then must not remove
+// anything. The caller closes the entry.
+func inspect(node *os.File, name string, v nodeid.Version, c Cluster) (e entry, err error) {
+	e = entry{name: name, v: v}
+	d, err := openDirAt(node, name)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		e.st = stateMissing
+		return e, nil
+	case errors.Is(err, unix.ELOOP), errors.Is(err, unix.ENOTDIR):
 		// A symlink or file named like a version was not made by Prepare.
-		return stateNotOurs, "not a directory", nil
+		e.st, e.why = stateNotDir, "not a directory"
+		return e, nil
+	case err != nil:
+		return e, fmt.Errorf("datadir: %w", err)
 	}
-	_, merr := readMarker(node, name, v)
+	keep := false
+	defer func() {
+		if !keep {
+			d.Close()
+		}
+	}()
+	_, merr := readMarker(d, v)
 	if merr == nil {
-		return stateValid, "", nil
+		e.st, e.dir, keep = stateValid, d, true
+		return e, nil
 	}
 	if !errors.Is(merr, errNoMarker) && !errors.Is(merr, errBadMarker) {
-		return 0, "", merr
+		return e, merr
 	}
-	switch ours, err := ownLeftover(node, name, v, c); {
+	switch ours, err := ownLeftover(d, v, c); {
 	case err != nil:
-		return 0, "", err
+		return e, err
 	case ours:
-		return stateLeftover, merr.Error(), nil
+		e.st, e.why, e.dir, keep = stateLeftover, merr.Error(), d, true
+		return e, nil
 	}
-	switch empty, err := isEmpty(node, name); {
+	switch empty, err := isEmpty(d); {
 	case err != nil:
-		return 0, "", err
+		return e, err
 	case empty:
-		return stateEmpty, "empty", nil
+		e.st, e.why, e.dir, keep = stateEmpty, "empty", d, true
+		return e, nil
 	}
 	if errors.Is(merr, errBadMarker) {
-		return stateBadMarker, merr.Error(), nil
+		e.st, e.why = stateBadMarker, merr.Error()
+		return e, nil
 	}
-	return stateNotOurs, "no marker and no in-progress file of this cluster", nil
+	e.st, e.why = stateNotOurs, "no marker and no in-progress file of this cluster"
+	return e, nil
 }
 
 // versionDirs lists the version directories of node in descending order.
-func versionDirs(node *os.Root) ([]nodeid.Version, error) {
-	entries, err := fs.ReadDir(node.FS(), ".")
+func versionDirs(node *os.File) ([]nodeid.Version, error) {
+	names, err := readDirNames(node)
 	if err != nil {
 		return nil, fmt.Errorf("datadir: listing versions: %w", err)
 	}
 	var vs []nodeid.Version
-	for _, e := range entries {
-		if v, ok := parseVersionDirName(e.Name()); ok {
+	for _, n := range names {
+		if v, ok := parseVersionDirName(n); ok {
 			vs = append(vs, v)
 		}
 	}
 	// Descending: the newest first.
-	for i := 1; i < len(vs); i++ {
-		for j := i; j > 0 && vs[j] > vs[j-1]; j-- {
-			vs[j], vs[j-1] = vs[j-1], vs[j]
-		}
-	}
+	slices.SortFunc(vs, func(a, b nodeid.Version) int { return cmp.Compare(b, a) })
 	return vs, nil
 }
 
 // plan is what Prepare found in the node directory.
 type plan struct {
-	target dirState       // stateMissing, stateLeftover or stateEmpty
-	source nodeid.Version // the newest valid version below the target
-	found  bool
+	target entry // stateMissing, stateLeftover or stateEmpty
+	source entry // the newest valid version below the target; dir is nil if there is none
+}
+
+func (p *plan) close() {
+	p.target.close()
+	p.source.close()
 }
 
 // planPrepare decides, without writing, what Prepare of version k does, or
 // why it must not. Its source is the newest valid version below k; every
-// version above that source must be one that cannot hold newer data.
-func planPrepare(node *os.Root, nodePath string, k nodeid.Version, c Cluster) (plan, error) {
+// version above that source must be one that cannot hold newer data: a
+// directory without a marker never was complete, but an unreadable marker
+// or a symlink or file named like a version cannot be judged. The caller
+// closes the plan.
+func planPrepare(node *os.File, nodePath string, k nodeid.Version, c Cluster) (p plan, err error) {
 	vs, err := versionDirs(node)
 	if err != nil {
 		return plan{}, err
 	}
+	defer func() {
+		if err != nil {
+			p.close()
+		}
+	}()
 	var (
-		p        plan
-		newer    string // the newest valid version above k
-		unknown  error  // the newest unreadable marker above the source
-		targetSt dirState
-		targetW  string
+		newer   string // the newest valid version above k
+		unknown error  // the newest unreadable marker above the source
 	)
 	for _, v := range vs {
 		name := versionDirName(v)
 		dir := filepath.Join(nodePath, name)
-		st, why, err := inspect(node, name, v, c)
+		e, err := inspect(node, name, v, c)
 		if err != nil {
-			return plan{}, err
+			return p, err
 		}
 		switch {
-		case v > k && st == stateValid:
+		case v > k && e.st == stateValid:
 			if newer == "" {
 				newer = dir
 			}
 		case v == k:
-			targetSt, targetW = st, why
-		case v < k && st == stateValid:
-			p.source, p.found = v, true
+			p.target, e.dir = e, nil
+		case v < k && e.st == stateValid:
+			p.source, e.dir = e, nil
 		}
-		if st == stateBadMarker && unknown == nil {
+		e.close()
+		switch {
+		case unknown != nil:
+		case e.st == stateBadMarker:
 			unknown = fmt.Errorf("%w: %s has a marker that cannot be read (%s); it may be a newer version in another format, and is left in place",
-				ErrUnrecognized, dir, why)
+				ErrUnrecognized, dir, e.why)
+		case e.st == stateNotDir:
+			// A symlink may lead to a valid newer version (moved to
+			// another volume); it is never followed, so never judged.
+			unknown = fmt.Errorf("%w: %s is not a directory (a symlink or a file named like a version); it may stand for a newer version, and is left in place",
+				ErrUnrecognized, dir)
 		}
-		if p.found {
+		if p.source.dir != nil {
 			break
 		}
 	}
 	switch {
 	case newer != "":
-		return plan{}, fmt.Errorf("%w: %s is valid, above version %d being prepared", ErrNewerVersion, newer, k)
-	case targetSt == stateValid:
-		return plan{}, fmt.Errorf("%w: %s", ErrVersionUsed, filepath.Join(nodePath, versionDirName(k)))
-	case targetSt == stateNotOurs || targetSt == stateBadMarker:
-		return plan{}, fmt.Errorf("%w: %s exists without a valid marker and is not a leftover of this cluster (%s); it is left in place",
-			ErrUnrecognized, filepath.Join(nodePath, versionDirName(k)), targetW)
+		return p, fmt.Errorf("%w: %s is valid, above version %d being prepared", ErrNewerVersion, newer, k)
+	case p.target.st == stateValid:
+		return p, fmt.Errorf("%w: %s", ErrVersionUsed, filepath.Join(nodePath, versionDirName(k)))
+	case p.target.st == stateNotOurs || p.target.st == stateNotDir || p.target.st == stateBadMarker:
+		return p, fmt.Errorf("%w: %s exists without a valid marker and is not a leftover of this cluster (%s); it is left in place",
+			ErrUnrecognized, filepath.Join(nodePath, versionDirName(k)), p.target.why)
 	case unknown != nil:
-		return plan{}, unknown
+		return p, unknown
 	}
-	p.target = targetSt
 	return p, nil
 }
 
 // collect implements Collect on an open node directory; nodePath is only for
 // messages.
-func collect(ctx context.Context, node *os.Root, nodePath string, current nodeid.Version, keep int, c Cluster, log *slog.Logger) ([]string, error) {
+func collect(ctx context.Context, node *os.File, nodePath string, current nodeid.Version, keep int, c Cluster, log *slog.Logger) ([]string, error) {
 	vs, err := versionDirs(node)
 	if err != nil {
 		return nil, err
@@ -651,34 +718,32 @@ func collect(ctx context.Context, node *os.Root, nodePath string, current nodeid
 		}
 		name := versionDirName(v)
 		p := filepath.Join(nodePath, name)
-		st, _, err := inspect(node, name, v, c)
+		e, err := inspect(node, name, v, c)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		if st == stateValid {
+		if e.st == stateValid {
 			valid++
 		}
-		if v >= current {
+		switch {
+		case v >= current, e.st == stateMissing, e.st == stateValid && valid <= keep:
+			e.close()
 			continue
-		}
-		switch st {
-		case stateValid:
-			if valid <= keep {
-				continue
-			}
-			err = removeValid(node, name, v, c)
-		case stateLeftover, stateEmpty:
-			err = removeUnfinished(node, name, st)
+		case e.st == stateValid:
+			err = removeValid(node, e, c)
+		case e.st == stateLeftover, e.st == stateEmpty:
+			err = removeUnfinished(node, e)
 		default:
 			notOurs = append(notOurs, p)
 			continue
 		}
+		e.close()
 		if err != nil {
 			errs = append(errs, fmt.Errorf("datadir: removing %s: %w", name, err))
 			continue
 		}
-		log.Info("datadir: removed old version", "dir", p, "wasValid", st == stateValid)
+		log.Info("datadir: removed old version", "dir", p, "wasValid", e.st == stateValid)
 		removed = append(removed, p)
 	}
 	if len(notOurs) > 0 {
@@ -692,38 +757,34 @@ func collect(ctx context.Context, node *os.Root, nodePath string, current nodeid
 // the in-progress file first, then the marker, each durably. A crash at any
 // point leaves a directory that is valid (a complete copy) or ours, never one
 // that is half-deleted yet unrecognisable.
-func removeValid(node *os.Root, name string, v nodeid.Version, c Cluster) error {
-	if err := writeInProgress(node, name, v, c, os.O_TRUNC); err != nil {
+func removeValid(node *os.File, e entry, c Cluster) error {
+	if err := writeInProgress(e.dir, e.v, c, true); err != nil {
 		return err
 	}
-	if err := node.Remove(path.Join(name, MarkerName)); err != nil {
+	if err := unlinkAt(e.dir, MarkerName); err != nil {
 		return err
 	}
-	if err := syncDir(node, name); err != nil {
+	if err := e.dir.Sync(); err != nil {
 		return err
 	}
-	return removeLeftover(node, name)
+	return removeLeftover(node, e)
 }
 
 // removeUnfinished removes our leftover or an empty directory; the latter
 // with rmdir(2), which fails if anything was written into it meanwhile.
-func removeUnfinished(node *os.Root, name string, st dirState) error {
-	if st == stateEmpty {
-		return node.Remove(name)
+func removeUnfinished(node *os.File, e entry) error {
+	if e.st == stateEmpty {
+		return rmdirAt(node, e.name, e.dir)
 	}
-	return removeLeftover(node, name)
+	return removeLeftover(node, e)
 }
 
 // removeLeftover deletes everything but the in-progress file, then it, then
 // the directory, so a crash halfway leaves a directory still recognisably
-// ours, or empty.
-func removeLeftover(node *os.Root, name string) error {
-	d, err := node.Open(name)
-	if err != nil {
-		return err
-	}
-	names, err := d.Readdirnames(-1)
-	d.Close()
+// ours, or empty. It works below the directory inspect judged (e.dir), never
+// by path, and follows no symlink.
+func removeLeftover(node *os.File, e entry) error {
+	names, err := readDirNames(e.dir)
 	if err != nil {
 		return err
 	}
@@ -731,12 +792,12 @@ func removeLeftover(node *os.Root, name string) error {
 		if n == PreparingName {
 			continue
 		}
-		if err := node.RemoveAll(path.Join(name, n)); err != nil {
+		if err := removeAllAt(e.dir, n); err != nil {
 			return err
 		}
 	}
-	if err := node.Remove(path.Join(name, PreparingName)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := unlinkAt(e.dir, PreparingName); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
-	return node.Remove(name)
+	return rmdirAt(node, e.name, e.dir)
 }

@@ -502,14 +502,21 @@ func TestSymlinkedDirectoriesAreNotFollowed(t *testing.T) {
 		if err := os.Symlink(outside, filepath.Join(root, "node-0", "v1")); err != nil {
 			t.Fatal(err)
 		}
-		dir, res := mustPrepare(t, root, inst(0, 2), Options{})
-		if res.HasSource {
-			t.Errorf("used symlinked v%d as source", res.Source)
+		// Never followed, so never judged: it may be the newest data.
+		_, res, err := Prepare(context.Background(), root, inst(0, 2), Options{Logger: quiet})
+		if !errors.Is(err, ErrUnrecognized) {
+			t.Errorf("Prepare = %v (source %v/v%d), want ErrUnrecognized", err, res.HasSource, res.Source)
 		}
-		if got := contents(t, dir); len(got) != 0 {
-			t.Errorf("target holds %v", got)
+		if exists(t, Dir(root, inst(0, 2))) {
+			t.Error("target created")
 		}
-		// GC leaves the link alone: Prepare did not make it.
+		// Below a valid source, GC leaves the link alone: Prepare did not
+		// make it.
+		makeVersion(t, root, 0, 2, map[string]string{"a": "b"}, 2)
+		_, res = mustPrepare(t, root, inst(0, 3), Options{Keep: 1})
+		if res.Source != 2 {
+			t.Errorf("source v%d, want v2", res.Source)
+		}
 		if !exists(t, filepath.Join(root, "node-0", "v1")) {
 			t.Error("symlink v1 removed")
 		}
@@ -826,8 +833,9 @@ func TestCancelledMidCopy(t *testing.T) {
 func TestWorkers(t *testing.T) {
 	files := map[string]string{}
 	for i := range 80 {
-		// 20 leaf directories: more than the descriptor cache holds for
-		// source and target together, so entries are evicted while in use.
+		// 20 leaf directories: workers copy and link in several
+		// directories at once, and a directory is finished (times, mode)
+		// only once its files are done.
 		files[fmt.Sprintf("d%d/e%d/f%d", i%4, i%5, i)] = strings.Repeat("y", i*100)
 	}
 	for _, tc := range []struct {

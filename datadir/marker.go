@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -46,32 +45,6 @@ var errBadFile = errors.New("not a small regular file")
 // maxMarkerSize bounds what is read: a real marker is about 100 bytes.
 const maxMarkerSize = 4096
 
-// readSmallFile reads a regular file of at most maxMarkerSize bytes. A
-// missing file is fs.ErrNotExist; a file that is not regular or too large is
-// errBadFile.
-func readSmallFile(r *os.Root, name string) ([]byte, error) {
-	fi, err := r.Lstat(name)
-	if err != nil {
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: %w", name, errBadFile)
-	}
-	f, err := r.Open(name)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxMarkerSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", name, err)
-	}
-	if len(b) > maxMarkerSize {
-		return nil, fmt.Errorf("%s is too large: %w", name, errBadFile)
-	}
-	return b, nil
-}
-
 // decodeStrict decodes exactly one JSON value.
 func decodeStrict(b []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(b))
@@ -85,9 +58,9 @@ func decodeStrict(b []byte, v any) error {
 }
 
 // readMarker reads and checks the marker of the version directory dir.
-func readMarker(node *os.Root, dir string, v nodeid.Version) (Marker, error) {
-	name := path.Join(dir, MarkerName)
-	b, err := readSmallFile(node, name)
+func readMarker(dir *os.File, v nodeid.Version) (Marker, error) {
+	name := path.Join(dir.Name(), MarkerName)
+	b, err := readSmallFileAt(dir, MarkerName)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return Marker{}, fmt.Errorf("%w: %s missing", errNoMarker, name)
@@ -137,41 +110,13 @@ func parseInitializedAt(raw json.RawMessage) (time.Time, error) {
 	return time.UnixMilli(ms), nil
 }
 
-// writeMarker creates the marker exclusively, so two preparations of the
-// same directory cannot both succeed, and syncs it and its directory so that
-// the marker survives a crash once writeMarker returns.
-func writeMarker(node *os.Root, dir string, m Marker) (err error) {
+// writeMarker creates the marker in the version directory dir exclusively,
+// so two preparations of the same directory cannot both succeed, and syncs
+// it and dir so that the marker survives a crash once writeMarker returns.
+func writeMarker(dir *os.File, m Marker) error {
 	b, err := json.Marshal(m)
 	if err != nil {
 		return err
 	}
-	f, err := node.OpenFile(path.Join(dir, MarkerName), os.O_WRONLY|os.O_CREATE|os.O_EXCL, markerMode)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-	}()
-	if _, err := f.Write(b); err != nil {
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		return err
-	}
-	return syncDir(node, dir)
-}
-
-// syncDir fsyncs a directory, making the entries created in it durable.
-func syncDir(node *os.Root, dir string) error {
-	d, err := node.Open(dir)
-	if err != nil {
-		return err
-	}
-	serr := d.Sync()
-	if cerr := d.Close(); serr == nil {
-		serr = cerr
-	}
-	return serr
+	return createFile(dir, MarkerName, b)
 }

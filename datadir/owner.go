@@ -6,11 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"log/slog"
 	"os"
-	"path"
 	"path/filepath"
 	"strings"
 
@@ -43,7 +41,12 @@ const PreparingName = ".nodeid-preparing"
 // there is none. A file that cannot be parsed names no cluster we could
 // safely claim over, so it is ErrForeignCluster.
 func readOwner(root *os.Root, rootPath string) (c Cluster, ok bool, err error) {
-	b, err := readSmallFile(root, OwnerName)
+	dir, err := root.Open(".")
+	if err != nil {
+		return Cluster{}, false, fmt.Errorf("datadir: %w", err)
+	}
+	defer dir.Close()
+	b, err := readSmallFileAt(dir, OwnerName)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return Cluster{}, false, nil
@@ -90,7 +93,12 @@ func claimOwner(root *os.Root, rootPath string, c Cluster, log *slog.Logger) err
 	var rnd [8]byte
 	_, _ = rand.Read(rnd[:])
 	tmp := "." + OwnerName + "." + hex.EncodeToString(rnd[:])
-	if err := writeSynced(root, tmp, b, os.O_EXCL); err != nil {
+	dir, err := root.Open(".")
+	if err != nil {
+		return fmt.Errorf("datadir: %w", err)
+	}
+	defer dir.Close()
+	if err := createFile(dir, tmp, b); err != nil {
 		return fmt.Errorf("datadir: writing %s: %w", filepath.Join(rootPath, tmp), err)
 	}
 	defer root.Remove(tmp)
@@ -102,7 +110,7 @@ func claimOwner(root *os.Root, rootPath string, c Cluster, log *slog.Logger) err
 	case err != nil:
 		return fmt.Errorf("datadir: %w", err)
 	}
-	if err := syncDir(root, "."); err != nil {
+	if err := dir.Sync(); err != nil {
 		return fmt.Errorf("datadir: %w", err)
 	}
 	log.Info("datadir: data root claimed for this cluster", "root", rootPath, "cluster", c.String(),
@@ -122,27 +130,6 @@ func hasNodeDirs(root *os.Root) bool {
 	return false
 }
 
-// writeSynced writes a small file and fsyncs it and its directory. flag is
-// os.O_EXCL or os.O_TRUNC.
-func writeSynced(r *os.Root, name string, b []byte, flag int) (err error) {
-	f, err := r.OpenFile(name, os.O_WRONLY|os.O_CREATE|flag, markerMode)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-	}()
-	if _, err := f.Write(b); err != nil {
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		return err
-	}
-	return syncDir(r, path.Dir(name))
-}
-
 type inProgress struct {
 	Version nodeid.Version `json:"version"`
 	Bucket  string         `json:"bucket"`
@@ -150,19 +137,24 @@ type inProgress struct {
 }
 
 // writeInProgress marks the version directory dir as ours and unfinished.
-func writeInProgress(node *os.Root, dir string, v nodeid.Version, c Cluster, flag int) error {
+// With replace, an existing in-progress file is unlinked first, never
+// written through.
+func writeInProgress(dir *os.File, v nodeid.Version, c Cluster, replace bool) error {
 	b, err := json.Marshal(inProgress{Version: v, Bucket: c.Bucket, Prefix: c.Prefix})
 	if err != nil {
 		return err
 	}
-	return writeSynced(node, path.Join(dir, PreparingName), b, flag)
+	if replace {
+		return replaceFile(dir, PreparingName, b)
+	}
+	return createFile(dir, PreparingName, b)
 }
 
 // ownLeftover reports whether dir holds an in-progress file naming version v
 // and cluster c. Only an I/O error is an error: a missing or unreadable file
 // just does not prove anything.
-func ownLeftover(node *os.Root, dir string, v nodeid.Version, c Cluster) (bool, error) {
-	b, err := readSmallFile(node, path.Join(dir, PreparingName))
+func ownLeftover(dir *os.File, v nodeid.Version, c Cluster) (bool, error) {
+	b, err := readSmallFileAt(dir, PreparingName)
 	switch {
 	case errors.Is(err, fs.ErrNotExist), errors.Is(err, errBadFile):
 		return false, nil
@@ -178,21 +170,4 @@ func ownLeftover(node *os.Root, dir string, v nodeid.Version, c Cluster) (bool, 
 		return false, nil
 	}
 	return *w.Version == v && *w.Bucket == c.Bucket && *w.Prefix == c.Prefix, nil
-}
-
-// isEmpty reports whether the directory dir has no entries: removing it
-// cannot lose anything.
-func isEmpty(node *os.Root, dir string) (bool, error) {
-	d, err := node.Open(dir)
-	if err != nil {
-		return false, fmt.Errorf("datadir: %w", err)
-	}
-	defer d.Close()
-	switch _, err := d.Readdirnames(1); {
-	case err == io.EOF:
-		return true, nil
-	case err != nil:
-		return false, fmt.Errorf("datadir: %w", err)
-	}
-	return false, nil
 }

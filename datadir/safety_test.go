@@ -135,11 +135,14 @@ func TestCamundaMarkersAreValid(t *testing.T) {
 
 func TestMarkerFormats(t *testing.T) {
 	root := t.TempDir()
-	r, err := os.OpenRoot(root)
+	if err := os.Mkdir(filepath.Join(root, "v3"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	d, err := os.Open(filepath.Join(root, "v3"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.Close()
+	defer d.Close()
 	for _, tc := range []struct {
 		marker string
 		want   time.Time // zero: invalid
@@ -158,7 +161,7 @@ func TestMarkerFormats(t *testing.T) {
 		{`{"initializedAt":1764547200123}`, time.Time{}},
 	} {
 		writeFiles(t, root, map[string]string{"v3/" + MarkerName: tc.marker})
-		m, err := readMarker(r, "v3", 3)
+		m, err := readMarker(d, 3)
 		switch {
 		case tc.want.IsZero() && err == nil:
 			t.Errorf("%s accepted: %+v", tc.marker, m)

@@ -11,12 +11,7 @@ import (
 // COMMITs on NFS), which is much cheaper than an fsync per copied file; the
 // directory itself is fsynced as well for file systems where syncfs does
 // less.
-func syncTree(node *os.Root, dir string) error {
-	d, err := node.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
+func syncTree(d *os.File) error {
 	if err := unix.Syncfs(int(d.Fd())); err != nil {
 		return &os.PathError{Op: "syncfs", Path: d.Name(), Err: err}
 	}

@@ -13,12 +13,12 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/otiai10/copy"
 	"golang.org/x/sys/unix"
 )
 
@@ -29,19 +29,27 @@ var (
 )
 
 // tree copies one version directory of a node to another and validates the
-// result. All paths are relative to the node directory or to the two
-// version directories, opened as os.Root: reads through a symlink that leads
-// out of the source fail instead of following it.
+// result. Both trees are walked and written through directory descriptors
+// (openat, mkdirat, linkat, symlinkat, fchmod, utimensat), never by path
+// and never following a symlink, and every target entry is created with
+// O_EXCL or its equivalent: an entry planted in the target meanwhile makes
+// the copy fail instead of redirecting a write, inside the root or out of it.
 type tree struct {
 	ctx      context.Context
 	cfg      *config
 	log      *slog.Logger
 	node     *os.Root
 	src, dst string // version directory names in node
-	dstPath  string // dst as a path, for otiai10/copy
+	dstPath  string // dst as a path, for the test hook
 
-	srcRoot, dstRoot *os.Root
-	dirs             dirCache // parent directories for linkat
+	// The source and target as Prepare inspected and created them.
+	srcDir, dstDir *os.File
+
+	srcRoot *os.Root // the source, to resolve symlink chains in checkSymlink
+
+	sem   chan struct{} // bounds concurrent file copies and links to Workers
+	errMu sync.Mutex
+	err   error // the first error of a concurrent copy or link
 
 	filesCopied, bytesCopied atomic.Int64
 	filesLinked, bytesLinked atomic.Int64
@@ -84,32 +92,14 @@ func (t *tree) classify(rel string, mode fs.FileMode) action {
 }
 
 func (t *tree) copyAndValidate(res *Result) (err error) {
-	if t.srcRoot, err = t.node.OpenRoot(t.src); err != nil {
+	if t.srcRoot, err = openRootAt(t.node, t.src, t.srcDir); err != nil {
 		return fmt.Errorf("datadir: %w", err)
 	}
 	defer t.srcRoot.Close()
-	if t.dstRoot, err = t.node.OpenRoot(t.dst); err != nil {
-		return fmt.Errorf("datadir: %w", err)
-	}
-	defer t.dstRoot.Close()
+	t.sem = make(chan struct{}, t.cfg.workers)
 
-	t.dirs.node = t.node
-	defer t.dirs.close()
 	stop := t.logProgress()
-	err = copy.Copy(".", t.dstPath, copy.Options{
-		// Reading through the confined root means a symlink swapped in
-		// behind our back cannot make us read outside the source.
-		FS:   t.srcRoot.FS(),
-		Skip: t.skip,
-		// Symlinks are recreated by skip after a safety check; should one
-		// still reach the library, it must not be followed.
-		OnSymlink:     func(string) copy.SymlinkAction { return copy.Skip },
-		PreserveTimes: true,
-		NumOfWorkers:  int64(t.cfg.workers),
-		// CopyBufferSize stays 0: with a buffer the library hides
-		// (*os.File).ReadFrom, and io.Copy then loses copy_file_range(2) and
-		// moves every byte through user space.
-	})
+	err = t.copyTop()
 	stop()
 	res.FilesCopied, res.BytesCopied = t.filesCopied.Load(), t.bytesCopied.Load()
 	res.FilesLinked, res.BytesLinked = t.filesLinked.Load(), t.bytesLinked.Load()
@@ -123,56 +113,228 @@ func (t *tree) copyAndValidate(res *Result) (err error) {
 	return t.validate()
 }
 
-// skip is the copy.Options.Skip callback, called for every entry before it
-// is copied. It does the work the library must not do: leaving entries out,
-// hard-linking and recreating symlinks. It returns false only for
-// directories and files the library should copy.
-func (t *tree) skip(info os.FileInfo, src, dest string) (bool, error) {
-	if err := t.ctx.Err(); err != nil {
-		return true, err
+// copyTop copies the contents of the source into the existing target and
+// gives the target the source's times, as cp -a does. Its mode is Prepare's.
+func (t *tree) copyTop() error {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(t.srcDir.Fd()), &st); err != nil {
+		return &os.PathError{Op: "fstat", Path: t.srcDir.Name(), Err: err}
 	}
-	rel := filepath.ToSlash(src)
-	switch t.classify(rel, info.Mode()) {
-	case actSkip:
-		t.skipped.Add(1)
-		return true, nil
-	case actSpecial:
-		t.skipped.Add(1)
-		t.log.Warn("datadir: leaving out a special file", "path", rel, "type", info.Mode().Type().String())
-		return true, nil
-	case actDir:
-		return false, nil
-	case actSymlink:
-		target, err := t.srcRoot.Readlink(rel)
-		if err != nil {
-			return true, err
-		}
-		if err := checkSymlink(t.srcRoot, rel, target); err != nil {
-			return true, err
-		}
-		if err := t.dstRoot.Symlink(target, rel); err != nil {
-			return true, err
-		}
-		t.symlinks.Add(1)
-		return true, nil
-	case actLink:
-		if testHookFile != nil {
-			testHookFile(rel)
-		}
-		if err := t.link(rel); err != nil {
-			return true, err
-		}
-		t.filesLinked.Add(1)
-		t.bytesLinked.Add(info.Size())
-		return true, nil
-	default: // actCopy
-		if testHookFile != nil {
-			testHookFile(rel)
-		}
-		t.filesCopied.Add(1)
-		t.bytesCopied.Add(info.Size())
-		return false, nil
+	if err := t.copyDir(t.srcDir, t.dstDir, ""); err != nil {
+		return err
 	}
+	return setTimes(t.dstDir, ".", &st)
+}
+
+// copyDir copies the entries of src, the source directory rel, into dst.
+// Regular files are copied or linked by up to Workers goroutines; they are
+// all done when copyDir returns, so the caller may then set dst's times and
+// mode and close both.
+func (t *tree) copyDir(src, dst *os.File, rel string) (err error) {
+	names, err := readDirNames(src)
+	if err != nil {
+		return err
+	}
+	slices.Sort(names)
+	var wg sync.WaitGroup
+	defer func() {
+		wg.Wait()
+		if err == nil {
+			err = t.firstErr()
+		}
+	}()
+	for _, name := range names {
+		if err := t.ctx.Err(); err != nil {
+			return err
+		}
+		if err := t.firstErr(); err != nil {
+			return err
+		}
+		crel := path.Join(rel, name)
+		var st unix.Stat_t
+		if err := fstatat(int(src.Fd()), name, &st); err != nil {
+			return err
+		}
+		mode := modeOf(&st)
+		act := t.classify(crel, mode)
+		switch act {
+		case actSkip:
+			t.skipped.Add(1)
+		case actSpecial:
+			t.skipped.Add(1)
+			t.log.Warn("datadir: leaving out a special file", "path", crel, "type", mode.Type().String())
+		case actDir:
+			if err := t.copySubdir(src, dst, name, crel, &st); err != nil {
+				return err
+			}
+		case actSymlink:
+			if err := t.copySymlink(src, dst, name, crel); err != nil {
+				return err
+			}
+		case actLink, actCopy:
+			if testHookFile != nil {
+				testHookFile(crel)
+			}
+			do := func() error { return t.copyFile(src, dst, name, crel) }
+			if act == actLink {
+				do = func() error { return t.link(src, dst, name, crel, st.Size) }
+			}
+			if t.cfg.workers == 1 {
+				if err := do(); err != nil {
+					return err
+				}
+				continue
+			}
+			t.sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-t.sem }()
+				if err := do(); err != nil {
+					t.setErr(err)
+				}
+			})
+		}
+	}
+	return nil
+}
+
+func (t *tree) firstErr() error {
+	t.errMu.Lock()
+	defer t.errMu.Unlock()
+	return t.err
+}
+
+func (t *tree) setErr(err error) {
+	t.errMu.Lock()
+	defer t.errMu.Unlock()
+	if t.err == nil {
+		t.err = err
+	}
+}
+
+// copySubdir creates the directory name in dst, owner-only until it is
+// filled, copies into it, then gives it the source's times and mode (mode
+// last, so that a read-only source directory can be filled).
+func (t *tree) copySubdir(src, dst *os.File, name, rel string, st *unix.Stat_t) error {
+	if err := unix.Mkdirat(int(dst.Fd()), name, 0o700); err != nil {
+		return &os.PathError{Op: "mkdirat", Path: path.Join(t.dst, rel), Err: err}
+	}
+	s, err := openDirAt(src, name)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	d, err := openDirAt(dst, name)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := t.copyDir(s, d, rel); err != nil {
+		return err
+	}
+	if err := setTimes(dst, name, st); err != nil {
+		return err
+	}
+	if err := unix.Fchmod(int(d.Fd()), uint32(st.Mode&0o7777)); err != nil {
+		return &os.PathError{Op: "fchmod", Path: path.Join(t.dst, rel), Err: err}
+	}
+	return nil
+}
+
+// copySymlink recreates a symlink after checking that it stays inside.
+func (t *tree) copySymlink(src, dst *os.File, name, rel string) error {
+	target, err := readlinkat(int(src.Fd()), name)
+	if err != nil {
+		return err
+	}
+	if err := checkSymlink(t.srcRoot, rel, target); err != nil {
+		return err
+	}
+	if err := unix.Symlinkat(target, int(dst.Fd()), name); err != nil {
+		return &os.PathError{Op: "symlinkat", Path: path.Join(t.dst, rel), Err: err}
+	}
+	t.symlinks.Add(1)
+	return nil
+}
+
+// copyFile copies a regular file: copy_file_range(2) through
+// (*os.File).ReadFrom, then the source's mode and times.
+func (t *tree) copyFile(src, dst *os.File, name, rel string) (err error) {
+	// O_NONBLOCK: a file swapped for a FIFO must not block the open.
+	sfd, err := unix.Openat(int(src.Fd()), name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &os.PathError{Op: "openat", Path: path.Join(t.src, rel), Err: err}
+	}
+	sf := os.NewFile(uintptr(sfd), path.Join(t.src, rel))
+	defer sf.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(sfd, &st); err != nil {
+		return &os.PathError{Op: "fstat", Path: sf.Name(), Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return fmt.Errorf("%w: %s is no longer a regular file", ErrValidation, rel)
+	}
+	dfd, err := unix.Openat(int(dst.Fd()), name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return &os.PathError{Op: "create", Path: path.Join(t.dst, rel), Err: err}
+	}
+	df := os.NewFile(uintptr(dfd), path.Join(t.dst, rel))
+	defer func() {
+		if cerr := df.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	t.filesCopied.Add(1)
+	t.bytesCopied.Add(st.Size)
+	// No buffer: io.Copy then uses df.ReadFrom, i.e. copy_file_range.
+	if _, err := io.Copy(df, sf); err != nil {
+		return err
+	}
+	if err := unix.Fchmod(dfd, uint32(st.Mode&0o7777)); err != nil {
+		return &os.PathError{Op: "fchmod", Path: df.Name(), Err: err}
+	}
+	return setTimes(dst, name, &st)
+}
+
+// link hard-links the source file into the target. linkat without
+// AT_SYMLINK_FOLLOW links a symlink itself, never what it points to.
+func (t *tree) link(src, dst *os.File, name, rel string, size int64) error {
+	if err := unix.Linkat(int(src.Fd()), name, int(dst.Fd()), name, 0); err != nil {
+		return &os.LinkError{Op: "linkat", Old: path.Join(t.src, rel), New: path.Join(t.dst, rel), Err: err}
+	}
+	t.filesLinked.Add(1)
+	t.bytesLinked.Add(size)
+	return nil
+}
+
+// setTimes gives the entry name of dir the access and modification times
+// of st, without following a symlink.
+func setTimes(dir *os.File, name string, st *unix.Stat_t) error {
+	ts := []unix.Timespec{st.Atim, st.Mtim}
+	if err := unix.UtimesNanoAt(int(dir.Fd()), name, ts, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return &os.PathError{Op: "utimensat", Path: path.Join(dir.Name(), name), Err: err}
+	}
+	return nil
+}
+
+// modeOf converts the type bits of a stat to an fs.FileMode for classify.
+func modeOf(st *unix.Stat_t) fs.FileMode {
+	m := fs.FileMode(st.Mode & 0o777)
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		m |= fs.ModeDir
+	case unix.S_IFLNK:
+		m |= fs.ModeSymlink
+	case unix.S_IFREG:
+	case unix.S_IFIFO:
+		m |= fs.ModeNamedPipe
+	case unix.S_IFSOCK:
+		m |= fs.ModeSocket
+	case unix.S_IFCHR:
+		m |= fs.ModeDevice | fs.ModeCharDevice
+	default:
+		m |= fs.ModeDevice
+	}
+	return m
 }
 
 // checkSymlink refuses a link that is absolute or resolves outside the
@@ -234,21 +396,16 @@ func (t *tree) logProgress() (stop func()) {
 // symlinks), a few system calls per file, because with hard links
 // validation costs as much as the linking itself.
 func (t *tree) validate() error {
-	src, err := t.srcRoot.Open(".")
-	if err != nil {
-		return err
-	}
-	defer src.Close()
-	dst, err := t.dstRoot.Open(".")
-	if err != nil {
-		return err
-	}
-	defer dst.Close()
-	return t.validateDir(src, dst, "")
+	return t.validateDir(t.srcDir, t.dstDir, "")
 }
 
 func (t *tree) validateDir(src, dst *os.File, dir string) error {
-	entries, err := src.ReadDir(-1)
+	s, err := openDirAt(src, ".") // read from the start
+	if err != nil {
+		return err
+	}
+	entries, err := s.ReadDir(-1)
+	s.Close()
 	if err != nil {
 		return err
 	}
@@ -297,6 +454,11 @@ func (t *tree) validateDir(src, dst *os.File, dir string) error {
 			if st != dt {
 				return bad("link target %q in the target, %q in the source", dt, st)
 			}
+			// A file swapped for a symlink after it was classified is
+			// linked, not checked, by the copy: check it here.
+			if err := checkSymlink(t.srcRoot, rel, st); err != nil {
+				return err
+			}
 		case actLink:
 			if !sameInode {
 				return bad("not a hard link to the source")
@@ -311,7 +473,7 @@ func (t *tree) validateDir(src, dst *os.File, dir string) error {
 				return bad("size %d in the target, %d in the source", ds.Size, ss.Size)
 			}
 			if t.cfg.verifyContent {
-				same, err := sameContent(t.srcRoot, t.dstRoot, rel)
+				same, err := sameContent(src, dst, name)
 				if err != nil {
 					return err
 				}
@@ -338,15 +500,6 @@ func (t *tree) validateSubdir(src, dst *os.File, name, rel string) error {
 	return t.validateDir(s, d, rel)
 }
 
-// openDirAt opens the directory name in dir without following a symlink.
-func openDirAt(dir *os.File, name string) (*os.File, error) {
-	fd, err := unix.Openat(int(dir.Fd()), name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, &os.PathError{Op: "openat", Path: path.Join(dir.Name(), name), Err: err}
-	}
-	return os.NewFile(uintptr(fd), path.Join(dir.Name(), name)), nil
-}
-
 func fstatat(dirfd int, name string, st *unix.Stat_t) error {
 	if err := unix.Fstatat(dirfd, name, st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return &os.PathError{Op: "fstatat", Path: name, Err: err}
@@ -367,103 +520,15 @@ func readlinkat(dirfd int, name string) (string, error) {
 	}
 }
 
-// dirCache keeps a few directories of the node open so that hard-linking a
-// file is one linkat(2) between two directory descriptors instead of two
-// path walks through os.Root (which opens every component). Paths are
-// relative to node and opened through it, so they cannot leave it. Entries
-// are reference-counted so that concurrent workers link in parallel and an
-// entry is closed only when nobody uses it.
-type dirCache struct {
-	node *os.Root
-	mu   sync.Mutex
-	open map[string]*cachedDir
-}
-
-type cachedDir struct {
-	f       *os.File
-	refs    int
-	evicted bool
-}
-
-const dirCacheSize = 32
-
-func (c *dirCache) get(dir string) (*cachedDir, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if d, ok := c.open[dir]; ok {
-		d.refs++
-		return d, nil
-	}
-	if c.open == nil {
-		c.open = map[string]*cachedDir{}
-	}
-	if len(c.open) >= dirCacheSize {
-		for k, d := range c.open {
-			delete(c.open, k)
-			d.evicted = true
-			if d.refs == 0 {
-				d.f.Close()
-			}
-		}
-	}
-	f, err := c.node.Open(dir)
-	if err != nil {
-		return nil, err
-	}
-	d := &cachedDir{f: f, refs: 1}
-	c.open[dir] = d
-	return d, nil
-}
-
-func (c *dirCache) put(d *cachedDir) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if d.refs--; d.refs == 0 && d.evicted {
-		d.f.Close()
-	}
-}
-
-func (c *dirCache) close() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for k, d := range c.open {
-		delete(c.open, k)
-		d.evicted = true
-		if d.refs == 0 {
-			d.f.Close()
-		}
-	}
-}
-
-// link hard-links the source file rel into the target. linkat without
-// AT_SYMLINK_FOLLOW links a symlink itself, never what it points to.
-func (t *tree) link(rel string) error {
-	dir, name := path.Split(rel)
-	sd, err := t.dirs.get(path.Join(t.src, dir))
-	if err != nil {
-		return err
-	}
-	defer t.dirs.put(sd)
-	dd, err := t.dirs.get(path.Join(t.dst, dir))
-	if err != nil {
-		return err
-	}
-	defer t.dirs.put(dd)
-	if err := unix.Linkat(int(sd.f.Fd()), name, int(dd.f.Fd()), name, 0); err != nil {
-		return &os.LinkError{Op: "linkat", Old: path.Join(t.src, rel), New: path.Join(t.dst, rel), Err: err}
-	}
-	return nil
-}
-
-// sameContent compares a file in two roots byte by byte: as much I/O as a
-// checksum of both, and no collisions.
-func sameContent(a, b *os.Root, rel string) (bool, error) {
-	fa, err := a.Open(rel)
+// sameContent compares the file name in two directories byte by byte: as
+// much I/O as a checksum of both, and no collisions.
+func sameContent(a, b *os.File, name string) (bool, error) {
+	fa, err := openFileAt(a, name)
 	if err != nil {
 		return false, err
 	}
 	defer fa.Close()
-	fb, err := b.Open(rel)
+	fb, err := openFileAt(b, name)
 	if err != nil {
 		return false, err
 	}
@@ -487,4 +552,14 @@ func sameContent(a, b *os.Root, rel string) (bool, error) {
 			return endA && endB, nil
 		}
 	}
+}
+
+// openFileAt opens the file name in dir for reading, without following a
+// symlink.
+func openFileAt(dir *os.File, name string) (*os.File, error) {
+	fd, err := unix.Openat(int(dir.Fd()), name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "openat", Path: path.Join(dir.Name(), name), Err: err}
+	}
+	return os.NewFile(uintptr(fd), path.Join(dir.Name(), name)), nil
 }

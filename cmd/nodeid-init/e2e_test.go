@@ -102,8 +102,15 @@ const childScript = `echo "$NODE_ID $NODE_VERSION $NODE_PREVIOUS_GRACEFUL" > "$R
 // start runs nodeid-init with args; extra env entries override the cluster's.
 func (c *cluster) start(name string, env []string, args ...string) *task {
 	c.t.Helper()
+	return c.startProgram(name, env, binary, args...)
+}
+
+// startProgram is start with another program, e.g. one that runs
+// nodeid-init.
+func (c *cluster) startProgram(name string, env []string, prog string, args ...string) *task {
+	c.t.Helper()
 	tk := &task{name: name, out: &syncBuffer{}, done: make(chan struct{}), report: filepath.Join(c.dir, name+".report")}
-	tk.cmd = exec.Command(binary, args...)
+	tk.cmd = exec.Command(prog, args...)
 	tk.cmd.Env = append(append(append([]string{}, c.env...), "NODEID_TASK_ID="+name, "REPORT="+tk.report), env...)
 	tk.cmd.Stdout, tk.cmd.Stderr = tk.out, tk.out
 	if err := tk.cmd.Start(); err != nil {

@@ -102,6 +102,12 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := becomeSubreaper(); err != nil {
 		sess.log.Warn("cannot become a child subreaper; processes that leave the command's process group are not tracked", "err", err)
 	}
+	// PDEATHSIG reaches the command only; the rest of its tree dies with
+	// nodeid-init only when the kernel tears down the PID namespace.
+	if !diesWithItsTree() {
+		sess.log.Warn("not PID 1 of a PID namespace: if nodeid-init is SIGKILLed (OOM killer, kill -9), processes the command started may keep writing after the lease expires",
+			"pid", os.Getpid(), "fix", "make `nodeid-init run` the container's entrypoint, without pidMode task or host (docs/ecs.md)")
+	}
 
 	// Pdeathsig kills the child if this process dies, even by SIGKILL; it
 	// is tied to the OS thread that forks, so keep this goroutine on it.
@@ -113,13 +119,14 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	child.Stdin, child.Stdout, child.Stderr = os.Stdin, stdout, stderr
 	child.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 
-	// A loss kills the child's whole process group at once: its data must
-	// not be touched once the ID may be someone else's.
+	// A loss kills everything the command started at once: its data must
+	// not be touched once the ID may be someone else's. The group alone is
+	// not enough: the leader itself may have moved to another group.
 	started := make(chan struct{})
 	sess.whenLost(func(error) {
 		<-started
 		if child.Process != nil {
-			_ = syscall.Kill(-child.Process.Pid, syscall.SIGKILL)
+			killTree(child.Process.Pid)
 		}
 	})
 	if !p.Valid() {
@@ -135,15 +142,26 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	pid := child.Process.Pid
 	sess.log.Info("command started", "node_id", inst.ID, "version", int64(inst.Version), "pid", pid, "command", rest[0])
 	stopReaping := reapOrphans(pid)
-	exited := make(chan error, 1)
-	go func() { exited <- child.Wait() }()
+	exited := make(chan struct{})
+	var werr error
+	go func() { werr = child.Wait(); close(exited) }()
 
-	// stopRest kills and reaps what the command left behind, once (its
-	// group stays pgid = pid after the leader is reaped).
+	// stopRest kills and reaps everything the command started, the leader
+	// included (exec.Cmd.Wait reaps it), once and within groupExitTimeout:
+	// a process that survives SIGKILL that long is stuck in the kernel, and
+	// waiting longer would not make its writes safe. The group stays pgid =
+	// pid after the leader is reaped.
 	stopRest := sync.OnceValue(func() error {
 		stopReaping()
 		start := time.Now()
 		n, err := killLeftovers(pid, groupExitTimeout)
+		if err == nil {
+			select {
+			case <-exited:
+			case <-time.After(max(groupExitTimeout-time.Since(start), time.Second)):
+				err = fmt.Errorf("the command (pid %d) is dead but was not reaped within %v", pid, groupExitTimeout)
+			}
+		}
 		if err == nil {
 			sess.log.Info("processes of the command gone", "node_id", inst.ID, "version", int64(inst.Version), "killed", n, "took", time.Since(start).Round(time.Millisecond))
 		}
@@ -162,7 +180,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	for {
 		select {
 		case lerr := <-sess.lost:
-			<-exited
+			// Not waiting for the leader alone: stopRest bounds every wait.
 			return lost(lerr)
 		case sig := <-sigs:
 			if forwarded != 0 {
@@ -170,13 +188,13 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			}
 			forwarded = sig.(syscall.Signal)
 			sess.log.Info("forwarding signal to the command", "signal", sig.String(), "stop_timeout", s.stopTimeout)
-			_ = syscall.Kill(-pid, forwarded)
+			signalCommand(pid, forwarded)
 			killTimer = time.After(s.stopTimeout)
 		case <-killTimer:
 			sess.log.Warn("command did not stop in time, killing it", "stop_timeout", s.stopTimeout)
-			_ = syscall.Kill(-pid, syscall.SIGKILL)
+			killTree(pid)
 			killTimer = nil
-		case werr := <-exited:
+		case <-exited:
 			code := childExitCode(werr)
 			if forwarded != 0 && code == 128+int(forwarded) {
 				code = 0 // it died of the signal we forwarded: a clean stop

@@ -26,6 +26,26 @@ func becomeSubreaper() error {
 	return unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 }
 
+// diesWithItsTree reports whether the kernel kills every process of the
+// command when nodeid-init dies, even by SIGKILL: when nodeid-init is PID 1
+// of its PID namespace, whose end kills everything in it, or the child of a
+// minimal init that is PID 1 and exits with its child (ECS's
+// initProcessEnabled runs docker-init, i.e. tini).
+func diesWithItsTree() bool {
+	if os.Getpid() == 1 {
+		return true
+	}
+	if os.Getppid() != 1 {
+		return false
+	}
+	b, _ := os.ReadFile("/proc/1/comm")
+	switch strings.TrimSpace(string(b)) {
+	case "docker-init", "tini", "dumb-init", "catatonit":
+		return true
+	}
+	return false
+}
+
 // proc holds the fields of /proc/PID/stat that run needs.
 type proc struct {
 	pid, ppid, pgid, threads int
@@ -162,10 +182,34 @@ func reapOrphans(leader int) (stop func()) {
 	}
 }
 
-// killLeftovers SIGKILLs the command's process group and every other process
-// the command left behind, reaps them, and returns once none is alive, or an
-// error naming the survivors after timeout. The command itself must already
-// be reaped. It returns how many live processes the first look found.
+// signalCommand sends sig to the command's process group, and to the leader
+// itself if it has left that group (once only: a second SIGINT may mean
+// "quit now" to it).
+func signalCommand(pid int, sig syscall.Signal) {
+	_ = syscall.Kill(-pid, sig)
+	if pg, err := syscall.Getpgid(pid); err == nil && pg != pid {
+		_ = syscall.Kill(pid, sig)
+	}
+}
+
+// killTree SIGKILLs, once and at once, the command's process group and every
+// descendant of this process, the leader included wherever its group.
+func killTree(pgid int) {
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	procs, err := readProcs()
+	if err != nil {
+		return // killLeftovers reports it
+	}
+	for _, p := range leftovers(procs, os.Getpid(), pgid) {
+		_ = syscall.Kill(p.pid, syscall.SIGKILL)
+	}
+}
+
+// killLeftovers SIGKILLs the command's process group (pgid is the command's
+// pid) and every other process the command started, the command itself
+// included, reaps them all but the command (exec.Cmd.Wait reaps it), and
+// returns once none is alive, or an error naming the survivors after
+// timeout. It returns how many live processes the first look found.
 func killLeftovers(pgid int, timeout time.Duration) (int, error) {
 	self := os.Getpid()
 	deadline := time.Now().Add(timeout)
@@ -184,7 +228,7 @@ func killLeftovers(pgid int, timeout time.Duration) (int, error) {
 		for _, p := range left {
 			_ = syscall.Kill(p.pid, syscall.SIGKILL)
 		}
-		reapZombies(procs, self, -1)
+		reapZombies(procs, self, pgid)
 		if len(left) == 0 {
 			// Look twice: one pass over /proc is not atomic, and a process
 			// read before its parent died may have been missed.

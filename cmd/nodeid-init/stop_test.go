@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -174,4 +175,158 @@ func TestOrphansAreReapedWhileTheCommandRuns(t *testing.T) {
 	tk.identity(t, 20*time.Second)
 	pid := helperPID(t, c, "orphan")
 	waitFor(t, 3*time.Second, "the orphan to be reaped", func() bool { return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) })
+}
+
+// leaderLeavesGroup is a command (perl) whose leader forks a child into a
+// group of its own, then moves itself into that group (setpgid is allowed
+// for a process that is not a session leader): nothing is left in the group
+// run created. Both append to logs in the data directory. With IGNORE_TERM
+// set they ignore SIGTERM.
+const leaderLeavesGroup = `
+$SIG{TERM} = 'IGNORE' if $ENV{IGNORE_TERM};
+my $c = fork();
+if ($c == 0) {
+	setpgrp(0, 0);
+	open(P, ">", "$ENV{DIR}/grp.pid"); print P "$$\n"; close P;
+	while (1) { open(F, ">>", "$ENV{NODE_DATA_DIR}/grp.log"); print F "x\n"; close F; select(undef, undef, undef, 0.02); }
+}
+select(undef, undef, undef, 0.3);
+setpgrp(0, $c) or die "setpgrp: $!";
+open(P, ">", "$ENV{DIR}/leader.pid"); print P "$$\n"; close P;
+open(R, ">", $ENV{REPORT}); print R "$ENV{NODE_ID} $ENV{NODE_VERSION} $ENV{NODE_PREVIOUS_GRACEFUL}\n"; close R;
+while (1) { open(F, ">>", "$ENV{NODE_DATA_DIR}/leader.log"); print F "x\n"; close F; select(undef, undef, undef, 0.02); }
+`
+
+// On a loss run used to SIGKILL the process group -pid and then wait for
+// the leader without a bound. A leader that had moved to another group was
+// not hit, so run never exited and the command kept writing its data
+// directory while a successor held the node. Now the whole tree dies at
+// once and run exits 3.
+func TestLeaseLossKillsALeaderThatLeftItsGroup(t *testing.T) {
+	c := newCluster(t, s3test.NewFake(t), 1)
+	tk := c.start("holder", []string{"DIR=" + c.dir}, "run", "--", "perl", "-e", leaderLeavesGroup)
+	id, v, _ := tk.identity(t, 20*time.Second)
+	leader, grp := helperPID(t, c, "leader"), helperPID(t, c, "grp")
+	body := fmt.Sprintf(`{"taskId":"intruder","timestamp":%d,"nodeInstance":{"id":%d,"version":%d},"knownVersionMappings":{"mappingsByNodeId":{}}}`,
+		time.Now().Add(time.Hour).UnixMilli(), id, v)
+	putObject(t, c.srv, "e2e/"+nodeid.LeaseKey("", id), body, map[string]string{"taskid": "intruder", "version": fmt.Sprint(v), "acquirable": "true"})
+	if code := tk.wait(t, 10*time.Second); code != 3 {
+		t.Fatalf("exit code %d after the lease was overwritten, want 3", code)
+	}
+	assertGone(t, "leader", leader)
+	assertGone(t, "grp", grp)
+	assertStill(t, filepath.Join(c.root, "node-0", "v1", "leader.log"))
+	assertStill(t, filepath.Join(c.root, "node-0", "v1", "grp.log"))
+}
+
+// A forwarded SIGTERM reaches a leader that left its group, and the SIGKILL
+// after --stop-timeout reaches it even when it ignores SIGTERM: run used to
+// signal only the group, and then waited for the leader forever.
+func TestStopReachesALeaderThatLeftItsGroup(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		ignoreTerm string
+		want       int
+	}{
+		{"dies of SIGTERM", "", 0},
+		{"ignores SIGTERM", "1", 137},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t, s3test.NewFake(t), 1)
+			tk := c.start("holder", []string{"DIR=" + c.dir, "IGNORE_TERM=" + tc.ignoreTerm, "NODEID_STOP_TIMEOUT=1s"},
+				"run", "--", "perl", "-e", leaderLeavesGroup)
+			tk.identity(t, 20*time.Second)
+			leader, grp := helperPID(t, c, "leader"), helperPID(t, c, "grp")
+			if err := tk.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			if code := tk.wait(t, 10*time.Second); code != tc.want {
+				t.Fatalf("exit code %d after SIGTERM, want %d", code, tc.want)
+			}
+			assertGone(t, "leader", leader)
+			assertGone(t, "grp", grp)
+			assertOrder(t, tk.out.String())
+			assertStill(t, filepath.Join(c.root, "node-0", "v1", "grp.log"))
+		})
+	}
+}
+
+// grows reports whether the file grows within d.
+func grows(path string, d time.Duration) bool {
+	before, err := os.Stat(path)
+	if err != nil {
+		return false
+	}
+	time.Sleep(d)
+	after, err := os.Stat(path)
+	return err == nil && after.Size() > before.Size()
+}
+
+const notPID1 = "not PID 1 of a PID namespace"
+
+// PDEATHSIG reaches only the command: if nodeid-init is SIGKILLed (OOM
+// killer, kill -9), what stops the rest of the command's tree is the PID
+// namespace. As its PID 1 (a container's entrypoint), nodeid-init takes
+// every process of the namespace with it. Outside such a namespace nothing
+// can, and run warns at start.
+func TestRunWarnsWhenNotPID1(t *testing.T) {
+	c := newCluster(t, s3test.NewFake(t), 1)
+	tk := c.runTask("holder")
+	tk.identity(t, 20*time.Second)
+	if !strings.Contains(tk.out.String(), notPID1) {
+		t.Errorf("no %q warning from a nodeid-init that is not PID 1", notPID1)
+	}
+}
+
+// As PID 1 of a PID namespace (unshare, as a container runtime does), a
+// SIGKILL of nodeid-init leaves nothing of the command writing: not the
+// command, not a helper in its group, not one that left it with setsid.
+func TestKill9OfTheSupervisorAsPID1StopsEveryWriter(t *testing.T) {
+	unshare := []string{"--user", "--map-root-user", "--pid", "--mount-proc", "--kill-child"}
+	if out, err := exec.Command("unshare", append(unshare, "true")...).CombinedOutput(); err != nil {
+		t.Skipf("cannot create a PID namespace here: %v %s", err, out)
+	}
+	c := newCluster(t, s3test.NewFake(t), 1)
+	script := helper("bg", false, false) + helper("daemon", true, false) + report + `while :; do sleep 0.02; done`
+	args := append(unshare, binary, "run", "--", "sh", "-c", script)
+	tk := c.startProgram("holder", []string{"DIR=" + c.dir}, "unshare", args...)
+	_, v, _ := tk.identity(t, 20*time.Second)
+	if strings.Contains(tk.out.String(), notPID1) {
+		t.Errorf("%q warning from nodeid-init as PID 1", notPID1)
+	}
+	// The helpers' pid files hold pids of the namespace: not usable here.
+	dir := filepath.Join(c.root, "node-0", fmt.Sprintf("v%d", v))
+	for _, name := range []string{"bg", "daemon"} {
+		if !grows(filepath.Join(dir, name+".log"), 300*time.Millisecond) {
+			t.Fatalf("helper %s does not write", name)
+		}
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", tk.cmd.Process.Pid, tk.cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	supervisor, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatalf("children of unshare: %q", b)
+	}
+	ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", supervisor))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(supervisor, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	tk.wait(t, 5*time.Second)
+	waitFor(t, 3*time.Second, "every process of the namespace to be gone", func() bool {
+		procs, _ := filepath.Glob("/proc/[0-9]*/ns/pid")
+		for _, p := range procs {
+			if l, err := os.Readlink(p); err == nil && l == ns {
+				return false
+			}
+		}
+		return true
+	})
+	for _, name := range []string{"bg", "daemon"} {
+		assertStill(t, filepath.Join(dir, name+".log"))
+	}
 }

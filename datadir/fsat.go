@@ -1,0 +1,222 @@
+//go:build unix
+
+package datadir
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+
+	"golang.org/x/sys/unix"
+)
+
+// Everything under the data root may have been planted by another task with
+// our uid. Files are therefore written only through descriptors of
+// directories we hold open, and never through an entry that already exists.
+
+// createFile creates name in dir, writes b, and fsyncs the file and dir.
+// O_EXCL|O_NOFOLLOW makes any existing entry an error: a planted symlink or
+// hard link is never written through.
+func createFile(dir *os.File, name string, b []byte) (err error) {
+	fd, err := unix.Openat(int(dir.Fd()), name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, uint32(markerMode))
+	if err != nil {
+		return &os.PathError{Op: "create", Path: path.Join(dir.Name(), name), Err: err}
+	}
+	f := os.NewFile(uintptr(fd), path.Join(dir.Name(), name))
+	defer func() {
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	if _, err := f.Write(b); err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	return dir.Sync()
+}
+
+// replaceFile unlinks name, which unlink(2) does without following a
+// symlink, and creates it anew.
+func replaceFile(dir *os.File, name string, b []byte) error {
+	if err := unlinkAt(dir, name); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return createFile(dir, name, b)
+}
+
+// unlinkAt removes the non-directory name from dir.
+func unlinkAt(dir *os.File, name string) error {
+	if err := unix.Unlinkat(int(dir.Fd()), name, 0); err != nil {
+		return &os.PathError{Op: "unlinkat", Path: path.Join(dir.Name(), name), Err: err}
+	}
+	return nil
+}
+
+// openDirAt opens the directory name in dir without following a symlink.
+// Anything that is not a directory, a symlink included, is ENOTDIR or ELOOP.
+func openDirAt(dir *os.File, name string) (*os.File, error) {
+	fd, err := unix.Openat(int(dir.Fd()), name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "openat", Path: path.Join(dir.Name(), name), Err: err}
+	}
+	return os.NewFile(uintptr(fd), path.Join(dir.Name(), name)), nil
+}
+
+// makeDir creates the directory name in dir with mode (applied with
+// fchmod: mkdir is subject to the umask) and opens it.
+func makeDir(dir *os.File, name string, mode fs.FileMode) (*os.File, error) {
+	if err := unix.Mkdirat(int(dir.Fd()), name, uint32(mode.Perm())); err != nil {
+		return nil, &os.PathError{Op: "mkdirat", Path: path.Join(dir.Name(), name), Err: err}
+	}
+	d, err := openDirAt(dir, name)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.Chmod(mode); err != nil {
+		d.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// openRootAt opens name in root as an os.Root and checks that it is the
+// directory want, which was opened without following a symlink: os.Root
+// itself follows symlinks that stay inside root.
+func openRootAt(root *os.Root, name string, want *os.File) (*os.Root, error) {
+	r, err := root.OpenRoot(name)
+	if err != nil {
+		return nil, err
+	}
+	got, err := r.Stat(".")
+	if err == nil {
+		var w fs.FileInfo
+		if w, err = want.Stat(); err == nil && !os.SameFile(got, w) {
+			err = fmt.Errorf("%s was replaced while it was being opened", want.Name())
+		}
+	}
+	if err != nil {
+		r.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+// readDirNames lists dir from its start, whatever has been read from dir.
+func readDirNames(dir *os.File) ([]string, error) {
+	d, err := openDirAt(dir, ".")
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	return d.Readdirnames(-1)
+}
+
+// isEmpty reports whether the directory dir has no entries: removing it
+// cannot lose anything.
+func isEmpty(dir *os.File) (bool, error) {
+	d, err := openDirAt(dir, ".")
+	if err != nil {
+		return false, fmt.Errorf("datadir: %w", err)
+	}
+	defer d.Close()
+	switch _, err := d.Readdirnames(1); {
+	case err == io.EOF:
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("datadir: %w", err)
+	}
+	return false, nil
+}
+
+// readSmallFileAt reads the regular file name in dir, of at most
+// maxMarkerSize bytes. A missing file is fs.ErrNotExist; a symlink, a file
+// that is not regular or one too large is errBadFile. O_NONBLOCK keeps a
+// planted FIFO from blocking the open.
+func readSmallFileAt(dir *os.File, name string) ([]byte, error) {
+	fd, err := unix.Openat(int(dir.Fd()), name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	switch {
+	case errors.Is(err, unix.ELOOP):
+		return nil, fmt.Errorf("%s is a symlink: %w", name, errBadFile)
+	case err != nil:
+		return nil, &os.PathError{Op: "openat", Path: path.Join(dir.Name(), name), Err: err}
+	}
+	f := os.NewFile(uintptr(fd), path.Join(dir.Name(), name))
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: %w", name, errBadFile)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxMarkerSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", name, err)
+	}
+	if len(b) > maxMarkerSize {
+		return nil, fmt.Errorf("%s is too large: %w", name, errBadFile)
+	}
+	return b, nil
+}
+
+// removeAllAt removes name from dir and, if it is a directory, everything
+// below it, through descriptors and without following a symlink: what is
+// removed is below dir, whatever is renamed or swapped meanwhile.
+func removeAllAt(dir *os.File, name string) error {
+	var st unix.Stat_t
+	switch err := fstatat(int(dir.Fd()), name, &st); {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		if err := unlinkAt(dir, name); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		return nil
+	}
+	sub, err := openDirAt(dir, name)
+	if err != nil {
+		return err
+	}
+	names, err := sub.Readdirnames(-1)
+	for _, n := range names {
+		if err != nil {
+			break
+		}
+		err = removeAllAt(sub, n)
+	}
+	sub.Close()
+	if err != nil {
+		return err
+	}
+	if err := unix.Unlinkat(int(dir.Fd()), name, unix.AT_REMOVEDIR); err != nil && err != unix.ENOENT {
+		return &os.PathError{Op: "rmdir", Path: path.Join(dir.Name(), name), Err: err}
+	}
+	return nil
+}
+
+// rmdirAt removes the empty directory name from parent, if it still is d:
+// rmdir(2) follows no symlink and removes nothing but an empty directory.
+func rmdirAt(parent *os.File, name string, d *os.File) error {
+	var st, want unix.Stat_t
+	if err := fstatat(int(parent.Fd()), name, &st); err != nil {
+		return err
+	}
+	if err := unix.Fstat(int(d.Fd()), &want); err != nil {
+		return &os.PathError{Op: "fstat", Path: d.Name(), Err: err}
+	}
+	if st.Dev != want.Dev || st.Ino != want.Ino {
+		return fmt.Errorf("%s was replaced since it was inspected; left in place", path.Join(parent.Name(), name))
+	}
+	if err := unix.Unlinkat(int(parent.Fd()), name, unix.AT_REMOVEDIR); err != nil {
+		return &os.PathError{Op: "rmdir", Path: path.Join(parent.Name(), name), Err: err}
+	}
+	return nil
+}
