@@ -130,8 +130,13 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 	})
 	if !p.Valid() {
+		// Past the deadline before the watchdog said so: a loss all the same.
 		close(started)
-		return p.Err()
+		if err := p.Err(); err != nil {
+			return err
+		}
+		inst := p.Instance()
+		return &nodeid.LostError{Instance: inst, Reason: "self-fence deadline passed before the command started"}
 	}
 	err = child.Start()
 	close(started)
