@@ -55,8 +55,8 @@ type simParams struct {
 	lease       time.Duration
 	chaosFor    time.Duration // chaos phase; a calm phase of 3L follows
 	maxDrift    float64       // each task's clock rate is within 1 ± maxDrift
-	broken      brokenRules
-	wallOffsets bool // tasks' wall clocks off by up to ±1 h
+	bugs        simBug        // deliberate provider bugs (simbugs builds only)
+	wallOffsets bool          // tasks' wall clocks off by up to ±1 h
 	// opaqueETags gives every write a new ETag; by default an ETag is the
 	// MD5 of the body, as for a plain PUT on S3, so equal bodies share one.
 	opaqueETags bool
@@ -404,7 +404,6 @@ func (w *simWorld) startTask(stop <-chan struct{}) {
 	if err != nil {
 		panic(err)
 	}
-	p.broken = w.p.broken
 	t.provider = p
 	ctx, cancel := context.WithCancel(context.Background())
 	t.cancel = cancel
@@ -598,6 +597,8 @@ type simResult struct {
 // runSim runs one seed inside a synctest bubble.
 func runSim(t *testing.T, p simParams, trace io.Writer) simResult {
 	var res simResult
+	setSimBugs(t, p.bugs)
+	defer setSimBugs(t, 0)
 	synctest.Test(t, func(t *testing.T) {
 		w := &simWorld{p: p, rng: rand.New(rand.NewPCG(p.seed, 0x5eed)), wake: make(chan struct{}, 1),
 			objects: map[int]*simObject{}, maxVersion: map[int]Version{}, deletedSince: map[int]bool{},
@@ -718,22 +719,26 @@ func TestSimulationIsDeterministic(t *testing.T) {
 }
 
 // The checker has teeth: each deliberate bug is found within a seed budget.
+// The bugs exist only with -tags simbugs.
 func TestSimulationFindsDeliberateBugs(t *testing.T) {
+	if !simBugsBuild {
+		t.Skip("the deliberate bugs need -tags simbugs")
+	}
 	cases := []struct {
-		name   string
-		broken brokenRules
-		want   string // the kind of violation the bug must cause
+		name string
+		bug  simBug
+		want string // the kind of violation the bug must cause
 	}{
-		{"no self-fence margin", brokenRules{noMargin: true}, "at once"},
-		{"expiry judged by comparing wall clocks", brokenRules{wallClockExpiry: true}, "at once"},
-		{"renewing after the deadline", brokenRules{renewAfterDeadline: true}, "valid again after its deadline"},
+		{"no self-fence margin", bugNoMargin, "at once"},
+		{"expiry judged by comparing wall clocks", bugWallClockExpiry, "at once"},
+		{"renewing after the deadline", bugRenewAfterDeadline, "valid again after its deadline"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			for seed := 1; seed <= 300; seed++ {
 				p := defaultSimParams(uint64(seed))
-				p.broken = c.broken
-				if c.broken.noMargin {
+				p.bugs = c.bug
+				if c.bug == bugNoMargin {
 					p.maxDrift = 0.05 // realistic drift is smaller; the margin is what covers it
 				}
 				res := runSim(t, p, nil)
