@@ -406,11 +406,13 @@ func (w *simWorld) route(now time.Time) {
 			continue
 		case fate < 2*f: // refused before it is applied (S3 throttles reads too)
 			w.schedule(at, label, func() {
+				w.log(label + " answered 503 SlowDown")
 				w.deliver(req, simReply{err: &StorageError{Op: req.op.String(), Status: 503, Code: "SlowDown", Kind: ErrSlowDown}}, label)
 			})
 			continue
 		case fate < 2*f+f/2 && write:
 			w.schedule(at, label, func() {
+				w.log(label + " answered 409 ConditionalRequestConflict")
 				w.deliver(req, simReply{err: &StorageError{Op: req.op.String(), Status: 409, Code: "ConditionalRequestConflict", Kind: ErrConflict}}, label)
 			})
 			continue
