@@ -593,6 +593,7 @@ func (w *simWorld) prepare(t *simTask, inst NodeInstance) string {
 			above = append(above, v)
 		}
 	}
+	sort.Slice(above, func(i, j int) bool { return above[i] < above[j] }) // map order must not reach the trace
 	if len(above) > 0 && !w.p.prepareIgnoresNewer {
 		return refuse(fmt.Sprintf("newer versions %v", above))
 	}
