@@ -312,6 +312,7 @@ type simWorld struct {
 	violations []string
 	counts     map[string]int
 	calmFrom   time.Time
+	pausedTill time.Time // the end of the last pause: the calm phase starts for good then
 	start      time.Time
 	ended      bool
 	wedged     bool
@@ -771,6 +772,9 @@ func (w *simWorld) chaos(stop <-chan struct{}) {
 				t.mu.Lock()
 				t.pausedUntil = time.Now().Add(dur)
 				t.mu.Unlock()
+				if t.pausedUntil.After(w.pausedTill) {
+					w.pausedTill = t.pausedUntil
+				}
 				w.schedule(time.Now().Add(dur), "resume "+t.name, func() { w.resume(t) })
 				w.log(fmt.Sprintf("chaos: pause %s for %v", t.name, dur))
 			case kind < 32:
@@ -868,7 +872,15 @@ func runSim(t *testing.T, p simParams, trace io.Writer) simResult {
 		w.log("params " + p.String())
 		w.snapshot()
 		w.calmFrom = w.start.Add(p.chaosFor)
-		end := w.calmFrom.Add(3*p.lease + p.lease/3)
+		// Liveness is judged 3 L after the calm phase began and the last
+		// pause (which may reach into it) ended.
+		endOf := func() time.Time {
+			quiet := w.calmFrom
+			if w.pausedTill.After(quiet) {
+				quiet = w.pausedTill
+			}
+			return quiet.Add(3*p.lease + p.lease/3)
+		}
 		stop := make(chan struct{})
 		w.chaos(stop)
 		for i := 0; i < p.tasks; i++ {
@@ -876,6 +888,7 @@ func runSim(t *testing.T, p simParams, trace io.Writer) simResult {
 		}
 		liveChecked, stopped := false, false
 		for {
+			end := endOf()
 			synctest.Wait()
 			w.route(time.Now())
 			w.checkInvariants()
