@@ -5,7 +5,7 @@ GOBIN := $(shell $(GO) env GOPATH)/bin
 VERSITYGW_VERSION := v1.8.0
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build demo test test-short lint versitygw bench bench-datadir chaos clean sim fuzz docs-check
+.PHONY: all build demo test test-short lint versitygw bench bench-datadir chaos clean sim sim-teeth fuzz docs-check
 
 all: build test
 
@@ -57,10 +57,17 @@ chaos: versitygw
 	$(GO) run ./chaos/cmd/chaos -all
 
 ## sim: the deterministic simulation over many seeds, e.g. make sim SEEDS=100000;
-## prints schedules explored and simulated steps per second
+## prints schedules explored and simulated steps per second; stops at the first
+## violation unless KEEP_GOING=1 (then counts the seeds per kind of violation)
 SEEDS ?= 2000
+KEEP_GOING ?=
 sim:
-	set -o pipefail; SIM_SEEDS=$(SEEDS) $(GO) test ./nodeid -run '^TestSimulationSweep$$' -count=1 -timeout 0 -v | grep -E 'simulation:|FAIL|ok|seed'
+	set -o pipefail; SIM_SEEDS=$(SEEDS) SIM_KEEP_GOING=$(KEEP_GOING) $(GO) test ./nodeid -run '^TestSimulationSweep$$' -count=1 -timeout 0 -v | grep -E 'simulation:|FAIL|ok|seed'
+
+## sim-teeth: the simulation finds each deliberate bug (built with -tags simbugs,
+## the only build in which they exist); prints the seed that found each
+sim-teeth:
+	set -o pipefail; $(GO) test -tags simbugs ./nodeid -run '^TestSimulationFindsDeliberateBugs$$' -count=1 -timeout 0 -v | grep -E 'found at|not counted|FAIL|ok|---'
 
 ## fuzz: each fuzz target for FUZZTIME (default 15s)
 FUZZTIME ?= 15s

@@ -139,6 +139,8 @@ func (l Lease) Encode() ([]byte, map[string]string) {
 		panic(fmt.Sprintf("nodeid: encode lease: %v", err))
 	}
 	switch {
+	case !l.Held() && bugOn(bugNoNonce):
+		return nil, meta // as before bodies had nonces: every such object has one ETag
 	case !l.Held():
 		pad := (releasedSizeQuantum - len(body)%releasedSizeQuantum) % releasedSizeQuantum
 		body = append(body, bytes.Repeat([]byte{' '}, pad)...)

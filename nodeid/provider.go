@@ -59,23 +59,12 @@ type Provider struct {
 	acqKnown VersionMappings
 	marker   *ClusterMarker
 
-	// broken switches off one safety rule on purpose. Only the simulation
-	// tests set it, to show that their checker notices.
-	broken brokenRules
-
 	stats providerStats
-}
-
-// brokenRules are deliberate protocol bugs for the simulation's teeth tests.
-type brokenRules struct {
-	noMargin           bool // validity until s + L instead of s + L - m
-	wallClockExpiry    bool // judge expiry by the holder's timestamp and our wall clock
-	renewAfterDeadline bool // accept renewals answered after the deadline; no watchdog
 }
 
 // validity is how long a write sent at s keeps the lease valid for us.
 func (p *Provider) validity() time.Duration {
-	if p.broken.noMargin {
+	if bugOn(bugNoMargin) {
 		return p.cfg.LeaseDuration
 	}
 	return p.cfg.LeaseDuration - p.cfg.SafetyMargin
@@ -555,11 +544,11 @@ func (p *Provider) judge(ctx context.Context, rec Record, arrived time.Time) (fr
 		switch {
 		case l.Instance.Version > 0 && !l.Legacy:
 			return true, !l.Forced
-		case !l.Legacy && p.clusterMarker(ctx).provesFresh(rec):
+		case !l.Legacy && (bugOn(bugFreshFromAbsence) || p.clusterMarker(ctx).provesFresh(rec)):
 			return true, true
 		}
 	}
-	if p.broken.wallClockExpiry {
+	if bugOn(bugWallClockExpiry) {
 		return !p.cfg.Clock.Now().Before(l.Expires), false
 	}
 	lease := max(l.Duration, p.cfg.LeaseDuration)
@@ -705,7 +694,7 @@ func (p *Provider) renew() (time.Duration, bool) {
 	p.mu.Unlock()
 
 	sent := p.cfg.Clock.Now()
-	if !sent.Before(deadline) && !p.broken.renewAfterDeadline {
+	if !sent.Before(deadline) && !bugOn(bugRenewAfterDeadline) {
 		// Woken after the deadline (a paused process, a starved goroutine):
 		// never send a renewal for a lease we no longer hold.
 		p.stats.selfFences.Add(1)
@@ -822,7 +811,7 @@ func (p *Provider) renewed(sent time.Time, etag string) (time.Duration, bool) {
 		p.mu.Unlock()
 		return 0, false
 	}
-	if !now.Before(p.deadline) && !p.broken.renewAfterDeadline {
+	if !now.Before(p.deadline) && !bugOn(bugRenewAfterDeadline) {
 		p.mu.Unlock()
 		p.lose("renewal answered after the self-fence deadline", nil)
 		return 0, false
@@ -842,7 +831,7 @@ func (p *Provider) renewed(sent time.Time, etag string) (time.Duration, bool) {
 // boundedContext returns a context for one request that ends at the request
 // timeout or at the self-fence deadline, whichever is first.
 func (p *Provider) boundedContext(deadline, now time.Time) (context.Context, context.CancelFunc) {
-	if p.broken.renewAfterDeadline {
+	if bugOn(bugRenewAfterDeadline) {
 		return context.WithTimeout(context.Background(), p.cfg.RequestTimeout)
 	}
 	return context.WithTimeout(context.Background(), max(min(p.cfg.RequestTimeout, deadline.Sub(now)), time.Millisecond))
@@ -865,7 +854,7 @@ func (p *Provider) watchdog() {
 			return
 		}
 		left := deadline.Sub(p.cfg.Clock.Now())
-		if p.broken.renewAfterDeadline {
+		if bugOn(bugRenewAfterDeadline) {
 			left = max(left, p.cfg.LeaseDuration) // the watchdog never fires
 		}
 		if left <= 0 {

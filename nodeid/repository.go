@@ -118,10 +118,11 @@ func initializeFrom(ctx context.Context, repo Repository, listing Listing, size 
 		// Without a marker the cluster is fresh only if every object there
 		// is a never-held one; an empty listing of a bucket without a marker
 		// is the only state that needs no reading.
-		s := survey{known: VersionMappings{}, fresh: !listing.MarkerSeen, duration: leaseDuration}
+		noMarker := !listing.MarkerSeen || bugOn(bugFreshFromAbsence)
+		s := survey{known: VersionMappings{}, fresh: noMarker, duration: leaseDuration}
 		if len(listing.Slots) > 0 {
 			s = surveyLeases(ctx, repo, listing, leaseDuration)
-			s.fresh = s.fresh && !listing.MarkerSeen
+			s.fresh = s.fresh && noMarker
 		}
 		var err error
 		listing, created, err = createMissing(ctx, repo, listing, missing, size, taskID, s, nonce)
@@ -306,12 +307,14 @@ func setAcquirable(ctx context.Context, repo Repository, id int, acquirable bool
 	}
 	l := rec.Lease
 	l.Acquirable = acquirable
-	l.Nonce = nonce()
-	if !l.Held() {
-		// A legacy release written back in this format must not start to
-		// count as graceful.
-		l.Forced = l.Forced || l.Legacy
-		l.Writer, l.Expires, l.Legacy = taskID, time.Now(), false
+	if l.Held() || !bugOn(bugScaleKeepsBody) {
+		l.Nonce = nonce()
+		if !l.Held() {
+			// A legacy release written back in this format must not start
+			// to count as graceful.
+			l.Forced = l.Forced || l.Legacy
+			l.Writer, l.Expires, l.Legacy = taskID, time.Now(), false
+		}
 	}
 	_, err = repo.Write(ctx, l, rec.ETag)
 	return err

@@ -43,44 +43,90 @@ import (
 //     ID is held while tasks are waiting for one.
 
 var (
-	simSeed  = flag.Int("sim.seed", -1, "replay this simulation seed in TestSimulationSeed")
-	simSeeds = flag.Int("sim.seeds", 200, "seeds in TestSimulationSweep (SIM_SEEDS overrides)")
+	simSeed    = flag.Int("sim.seed", -1, "replay this simulation seed in TestSimulationSeed")
+	simSeeds   = flag.Int("sim.seeds", 200, "seeds in TestSimulationSweep (SIM_SEEDS overrides)")
+	simBugName = flag.String("sim.bug", "", "TestSimulationSeed: switch on the deliberate bug whose name contains this (-tags simbugs for the provider's)")
 )
 
-// simParams are the timing and fault rates of a run.
+// simParams are the shape, timing and fault rates of a run; simParamsFor
+// draws them from the seed, so a sweep covers many kinds of cluster.
 type simParams struct {
 	seed        uint64
-	clusterSize int
-	tasks       int
+	clusterSize int // 1..5
+	tasks       int // live tasks ECS keeps: fewer than clusterSize leaves IDs never held
 	lease       time.Duration
 	chaosFor    time.Duration // chaos phase; a calm phase of 3L follows
 	maxDrift    float64       // each task's clock rate is within 1 ± maxDrift
-	broken      brokenRules
-	wallOffsets bool // tasks' wall clocks off by up to ±1 h
+	wallOffsets bool          // tasks' wall clocks off by up to ±1 h
 	// opaqueETags gives every write a new ETag; by default an ETag is the
 	// MD5 of the body, as for a plain PUT on S3, so equal bodies share one.
 	opaqueETags bool
+	faults      int           // per mille of requests dropped (others in proportion)
+	maxSpike    time.Duration // 3 % of requests are delayed by up to this much more
+	staleLists  int           // per mille of listings served from a snapshot up to maxStale old
+	// Deliberate bugs, for the teeth tests: bugs in the provider (simbugs
+	// builds only), and two in the layers around it, modelled here.
+	bugs                    simBug
+	releaseBeforeGroupExits bool // the supervisor releases before the process group is gone
+	prepareIgnoresNewer     bool // data preparation ignores (and GC deletes) versions above its own
 }
 
-func defaultSimParams(seed uint64) simParams {
-	return simParams{seed: seed, clusterSize: 3, tasks: 4, lease: 3 * time.Second, chaosFor: 40 * time.Second,
-		maxDrift: 0.02, wallOffsets: true}
+func simParamsFor(seed uint64) simParams {
+	r := rand.New(rand.NewPCG(seed, 0x9a7a))
+	size := 1 + r.IntN(5)
+	p := simParams{
+		seed:        seed,
+		clusterSize: size,
+		tasks:       1 + r.IntN(size+2),
+		lease:       time.Duration(2+r.IntN(3)) * time.Second,
+		chaosFor:    time.Duration(30+r.IntN(21)) * time.Second,
+		maxDrift:    0.005 + 0.015*r.Float64(),
+		wallOffsets: true,
+		opaqueETags: r.IntN(4) == 0,
+		faults:      5 + r.IntN(16),
+		maxSpike:    time.Duration(1+r.IntN(3)) * time.Second,
+	}
+	if r.IntN(3) == 0 {
+		p.staleLists = 100 + r.IntN(201)
+	}
+	return p
+}
+
+func (p simParams) String() string {
+	etags := "md5"
+	if p.opaqueETags {
+		etags = "opaque"
+	}
+	return fmt.Sprintf("size=%d tasks=%d L=%v chaos=%v drift=%.3f etags=%s faults=%d‰ spike<=%v stale-lists=%d‰",
+		p.clusterSize, p.tasks, p.lease, p.chaosFor, p.maxDrift, etags, p.faults, p.maxSpike, p.staleLists)
 }
 
 type simTask struct {
 	name     string
+	admin    bool // the operator's tool running Scale
 	provider *Provider
 	clock    *simClock
 	repo     *simRepo
 	cancel   context.CancelFunc
+	stopReq  chan struct{} // closed by a graceful stop
 
 	mu          sync.Mutex
 	dead        bool      // crashed: no more requests, no release
-	exited      bool      // lost its lease or crashed: ECS replaces it
+	exited      bool      // lost its lease, crashed or stopping: ECS replaces it
 	pausedUntil time.Time // frozen until then: no requests, answers or timer ticks
 	held        []heldTick
 	wasValid    bool
 	expired     bool // Valid was seen false during a tenure
+
+	// The process group of the tenure and its data directory.
+	prepared   bool
+	inst       NodeInstance
+	groupGone  bool      // killed, or exited after a stop
+	groupUntil time.Time // a stopping group writes until then
+	stopTime   time.Duration
+	fence      time.Time // the deadline in the lease file, as the group last read it
+
+	seen map[string]*simObject // ETag -> the write it named in the last answer showing it
 }
 
 type heldTick struct {
@@ -236,12 +282,23 @@ type simWorld struct {
 	submitted []*simRequest
 	wake      chan struct{}
 
-	objects      map[int]*simObject
-	marker       *simObject
-	etagSeq      int
-	maxVersion   map[int]Version
-	deletedSince map[int]bool
-	size         int
+	// The bucket.
+	objects map[int]*simObject
+	marker  *simObject
+	etagSeq int
+	snaps   []simSnapshot
+	size    int
+	floor   map[int]Version // see checkVersion
+	maxEver map[int]Version
+
+	// The data directories: node -> version -> directory, and per node the
+	// newest data written (a write counter), the tenure whose group may
+	// write, and when a preparation was last refused.
+	dirs       map[int]map[Version]*simDir
+	newest     map[int]uint64
+	lastTenure map[int]*simTask
+	refusedAt  map[int]time.Time
+	dataSeq    uint64
 
 	events     eventQueue
 	seq        uint64
@@ -253,10 +310,19 @@ type simWorld struct {
 	hash       uint64
 	steps      int
 	violations []string
+	counts     map[string]int
 	calmFrom   time.Time
+	pausedTill time.Time // the end of the last pause: the calm phase starts for good then
 	start      time.Time
+	ended      bool
 	wedged     bool
 	clocksDone chan struct{}
+}
+
+// simDir is one version directory, valid once it exists; stamp is the last
+// data write it holds.
+type simDir struct {
+	stamp uint64
 }
 
 func (w *simWorld) violate(format string, args ...any) {
@@ -264,6 +330,8 @@ func (w *simWorld) violate(format string, args ...any) {
 	w.violations = append(w.violations, msg)
 	w.log("VIOLATION " + msg)
 }
+
+func (w *simWorld) count(what string) { w.counts[what]++ }
 
 func (w *simWorld) log(s string) {
 	h := fnv.New64a()
@@ -289,12 +357,14 @@ func (w *simWorld) submit(req *simRequest) {
 	}
 }
 
+func (w *simWorld) chaotic() bool { return time.Now().Before(w.calmFrom) }
+
 // delay draws a one-way network delay: usually milliseconds, sometimes a
-// spike of up to a second.
+// spike of up to maxSpike.
 func (w *simWorld) delay() time.Duration {
 	d := time.Duration(200+w.rng.IntN(20_000)) * time.Microsecond
-	if w.rng.IntN(100) < 3 && time.Now().Before(w.calmFrom) {
-		d += time.Duration(w.rng.Int64N(int64(time.Second)))
+	if w.rng.IntN(100) < 3 && w.chaotic() {
+		d += time.Duration(w.rng.Int64N(int64(w.p.maxSpike)))
 	}
 	return d + time.Duration(w.rng.IntN(1000)) // nanoseconds keep events apart
 }
@@ -314,32 +384,42 @@ func (w *simWorld) route(now time.Time) {
 	})
 	for _, req := range reqs {
 		req := req
+		label := fmt.Sprintf("%s#%d %s %d", req.task.name, req.seq, req.op, req.id)
+		if req.op.local() {
+			w.schedule(now.Add(time.Duration(1+w.rng.IntN(1000))*time.Microsecond), label, func() { w.serveLocal(req, label) })
+			continue
+		}
 		at := now.Add(w.delay())
 		if pu := req.task.pausedUntilTime(); pu.After(at) {
 			at = pu.Add(w.delay())
 		}
-		fate := w.rng.IntN(1000)
-		if !now.Before(w.calmFrom) {
+		fate, f := w.rng.IntN(1000), w.p.faults
+		if !w.chaotic() {
 			fate = 999 // the calm phase has no network faults
 		}
-		label := fmt.Sprintf("%s#%d %s %d", req.task.name, req.seq, req.op, req.id)
+		if req.op == opList && w.rng.IntN(1000) < w.p.staleLists && w.chaotic() {
+			req.staleBy = time.Duration(w.rng.Int64N(int64(maxStale)))
+		}
+		write := req.op == opCreate || req.op == opWrite || req.op == opCreateMarker
 		switch {
-		case fate < 10: // lost on the way: the client times out
+		case fate < f: // lost on the way: the client times out
 			w.log(label + " dropped")
 			continue
-		case fate < 20 && req.op >= opCreate: // refused before it is applied
+		case fate < 2*f: // refused before it is applied (S3 throttles reads too)
 			w.schedule(at, label, func() {
+				w.log(label + " answered 503 SlowDown")
 				w.deliver(req, simReply{err: &StorageError{Op: req.op.String(), Status: 503, Code: "SlowDown", Kind: ErrSlowDown}}, label)
 			})
 			continue
-		case fate < 25 && req.op >= opCreate:
+		case fate < 2*f+f/2 && write:
 			w.schedule(at, label, func() {
+				w.log(label + " answered 409 ConditionalRequestConflict")
 				w.deliver(req, simReply{err: &StorageError{Op: req.op.String(), Status: 409, Code: "ConditionalRequestConflict", Kind: ErrConflict}}, label)
 			})
 			continue
 		}
-		loseAnswer := fate >= 25 && fate < 40
-		duplicate := fate >= 40 && fate < 50
+		loseAnswer := fate >= 2*f+f/2 && fate < 4*f
+		duplicate := fate >= 4*f && fate < 5*f
 		w.schedule(at, label, func() {
 			rep := w.serve(req, time.Now())
 			w.log(label + " served: " + describeReply(rep))
@@ -384,8 +464,9 @@ func (w *simWorld) config(name string, c *simClock, seed uint64) Config {
 	}
 }
 
-// startTask starts a new task that acquires and holds until it loses its
-// lease or the run ends.
+// startTask starts a task as nodeid-init runs one: acquire, prepare the data
+// directory, start the process group; on a loss the group is killed; on a
+// graceful stop the group is stopped, then the lease released.
 func (w *simWorld) startTask(stop <-chan struct{}) {
 	w.nextTask++
 	name := fmt.Sprintf("t%02d", w.nextTask)
@@ -395,7 +476,7 @@ func (w *simWorld) startTask(stop <-chan struct{}) {
 		offset = time.Duration(w.rng.IntN(3)-1) * time.Hour
 	}
 	c := &simClock{base: time.Now(), origin: time.Now().Add(offset), rate: rate, done: w.clocksDone}
-	t := &simTask{name: name, clock: c}
+	t := &simTask{name: name, clock: c, stopReq: make(chan struct{})}
 	c.task = t
 	t.repo = &simRepo{w: w, task: t}
 	cfg := w.config(name, c, w.rng.Uint64())
@@ -404,7 +485,6 @@ func (w *simWorld) startTask(stop <-chan struct{}) {
 	if err != nil {
 		panic(err)
 	}
-	p.broken = w.p.broken
 	t.provider = p
 	ctx, cancel := context.WithCancel(context.Background())
 	t.cancel = cancel
@@ -417,12 +497,24 @@ func (w *simWorld) startTask(stop <-chan struct{}) {
 	go func() {
 		defer w.running.Done()
 		defer w.live.Add(-1)
-		if _, err := p.Acquire(ctx); err != nil {
+		inst, err := p.Acquire(ctx)
+		if err != nil {
+			return
+		}
+		if !t.repo.prepare(inst, p.PreviousGracefullyShutdown()) {
+			// Refused: nodeid-init exits and leaves the lease to expire,
+			// so that the successor copies rather than links.
+			hctx, hcancel := context.WithTimeout(context.Background(), 3*w.p.lease)
+			_, _ = p.HandOff(hctx)
+			hcancel()
+			w.taskExited(t)
 			return
 		}
 		select {
 		case <-p.Done():
 		case <-stop:
+		case <-t.stopReq:
+			t.repo.stopGroup()
 		}
 		// Release (a crashed task's release fails, as it would) and wait for
 		// the provider's goroutines: the bubble must end empty.
@@ -432,12 +524,158 @@ func (w *simWorld) startTask(stop <-chan struct{}) {
 	}()
 }
 
-// taskExited is OnLost: the process exits and ECS starts a replacement.
+// taskExited is OnLost: the supervisor kills the process group and exits,
+// and ECS starts a replacement.
 func (w *simWorld) taskExited(t *simTask) {
 	t.mu.Lock()
-	t.exited = true
+	t.exited, t.groupGone = true, true
 	t.mu.Unlock()
 	t.cancel()
+}
+
+// serveLocal serves a task's local step.
+func (w *simWorld) serveLocal(req *simRequest, label string) {
+	switch req.op {
+	case opPrepare:
+		var rep simReply
+		if why := w.prepare(req.task, req.inst); why != "" {
+			rep.err = fmt.Errorf("prepare: %s", why)
+		}
+		w.log(label + " " + describeReply(rep))
+		w.deliver(req, rep, label)
+	case opStopGroup:
+		t := req.task
+		t.mu.Lock()
+		running := t.prepared && !t.groupGone
+		until := time.Now().Add(t.stopTime)
+		if running {
+			t.groupUntil = until
+		}
+		t.mu.Unlock()
+		if !running || w.p.releaseBeforeGroupExits {
+			w.log(label + ": releasing now")
+			w.deliver(req, simReply{}, label)
+			return
+		}
+		w.schedule(until, label+": group gone", func() {
+			t.mu.Lock()
+			t.groupGone = true
+			t.mu.Unlock()
+			w.deliver(req, simReply{}, label)
+		})
+	}
+}
+
+// prepare prepares t's data directory for inst, as datadir.Prepare does:
+// refused if the version, or (unless prepareIgnoresNewer) any later one, is
+// initialized; otherwise made from the newest version below, after which
+// older versions but the newest one below are collected. It returns why it
+// refused, or "".
+func (w *simWorld) prepare(t *simTask, inst NodeInstance) string {
+	n, k := inst.ID, inst.Version
+	dirs := w.dirs[n]
+	if dirs == nil {
+		dirs = map[Version]*simDir{}
+		w.dirs[n] = dirs
+	}
+	refuse := func(why string) string {
+		w.refusedAt[n] = time.Now()
+		w.count("data preparations refused")
+		return why
+	}
+	if dirs[k] != nil {
+		return refuse(fmt.Sprintf("v%d already initialized", k))
+	}
+	var below, above []Version
+	for v := range dirs {
+		if v < k {
+			below = append(below, v)
+		} else {
+			above = append(above, v)
+		}
+	}
+	sort.Slice(above, func(i, j int) bool { return above[i] < above[j] }) // map order must not reach the trace
+	if len(above) > 0 && !w.p.prepareIgnoresNewer {
+		return refuse(fmt.Sprintf("newer versions %v", above))
+	}
+	sort.Slice(below, func(i, j int) bool { return below[i] > below[j] })
+	var stamp uint64
+	from := "empty"
+	if len(below) > 0 {
+		stamp, from = dirs[below[0]].stamp, fmt.Sprintf("v%d", below[0])
+	}
+	if stamp < w.newest[n] {
+		w.violate("node %d: %s's tenure v%d starts from %s (data write #%d), older than the newest complete data (#%d): data lost", n, t.name, k, from, stamp, w.newest[n])
+	}
+	dirs[k] = &simDir{stamp: stamp}
+	for i, v := range below {
+		if i > 0 {
+			delete(dirs, v)
+		}
+	}
+	if w.p.prepareIgnoresNewer { // the current version is taken for the newest
+		for _, v := range above {
+			delete(dirs, v)
+		}
+	}
+	w.lastTenure[n] = t
+	t.mu.Lock()
+	t.prepared, t.inst = true, inst
+	t.mu.Unlock()
+	w.schedule(time.Now().Add(w.groupInterval()), "group "+t.name, func() { w.groupWrite(t) })
+	return ""
+}
+
+func (w *simWorld) groupInterval() time.Duration {
+	return w.p.lease/8 + time.Duration(w.rng.Int64N(int64(w.p.lease/4)))
+}
+
+// groupWrite is one write of t's process group into its data directory. The
+// group checks the deadline in the lease file against its clock before
+// each write, as a broker does; the file is updated while the lease is
+// held and keeps its last deadline after a release.
+func (w *simWorld) groupWrite(t *simTask) {
+	now := time.Now()
+	t.mu.Lock()
+	if w.ended || t.groupGone || (!t.groupUntil.IsZero() && !now.Before(t.groupUntil)) {
+		t.groupGone = true
+		t.mu.Unlock()
+		return
+	}
+	if t.pausedUntil.After(now) {
+		pu := t.pausedUntil
+		t.mu.Unlock()
+		w.schedule(pu.Add(w.delay()), "group "+t.name, func() { w.groupWrite(t) })
+		return
+	}
+	t.mu.Unlock()
+	deadline, holding := t.provider.Deadline()
+	if holding {
+		t.fence = deadline
+	}
+	switch {
+	case t.clock.Now().Before(t.fence):
+		w.dataWrite(t)
+	case !holding:
+		return // fenced for good
+	}
+	w.schedule(now.Add(w.groupInterval()), "group "+t.name, func() { w.groupWrite(t) })
+}
+
+// dataWrite records a write of t's group. A write after a successor's
+// tenure began reaches the successor's data (hard links after a graceful
+// release) or is lost (a copy): either way a violation.
+func (w *simWorld) dataWrite(t *simTask) {
+	n, k := t.inst.ID, t.inst.Version
+	if cur := w.lastTenure[n]; cur != t {
+		w.violate("node %d: %s's process group wrote to v%d after %s's tenure v%d began", n, t.name, k, cur.name, cur.inst.Version)
+		return
+	}
+	w.dataSeq++
+	if d := w.dirs[n][k]; d != nil {
+		d.stamp = w.dataSeq
+	}
+	w.newest[n] = w.dataSeq
 }
 
 // checkInvariants runs after every event, with every goroutine waiting.
@@ -469,7 +707,10 @@ func (w *simWorld) checkInvariants() {
 	}
 }
 
-// checkLiveness runs at the end of the calm phase.
+// checkLiveness runs at the end of the calm phase: if a task is waiting,
+// every acquirable ID is held, except one whose data preparation was
+// refused within the last 3 L (its versions are still catching up with its
+// data after a lost version: each refused tenure costs a lease duration).
 func (w *simWorld) checkLiveness() {
 	waiting, held := 0, map[int]bool{}
 	for _, t := range w.tasks {
@@ -487,8 +728,13 @@ func (w *simWorld) checkLiveness() {
 	}
 	free := 0
 	for id := 0; id < w.size; id++ {
-		// An operator's scale that failed half-way may leave IDs unusable.
-		if o, ok := w.objects[id]; !held[id] && (!ok || o.meta[MetaAcquirable] != "false") {
+		o, ok := w.objects[id]
+		switch {
+		case held[id]:
+		case ok && o.meta[MetaAcquirable] == "false": // a scale that failed half-way
+		case time.Since(w.refusedAt[id]) < 3*w.p.lease:
+			w.count("liveness checks excused by a refused preparation")
+		default:
 			free++
 		}
 	}
@@ -507,11 +753,14 @@ func (w *simWorld) checkLiveness() {
 
 // chaos schedules the outside events of one run from the seed.
 func (w *simWorld) chaos(stop <-chan struct{}) {
-	for at := w.start.Add(2 * time.Second); at.Before(w.calmFrom); at = at.Add(time.Duration(w.rng.Int64N(int64(6 * time.Second)))) {
+	maxSize := min(6, w.p.clusterSize+2)
+	for at := w.start.Add(2 * time.Second); at.Before(w.calmFrom); at = at.Add(time.Duration(w.rng.Int64N(int64(5 * time.Second)))) {
 		kind := w.rng.IntN(100)
 		pick := w.rng.IntN(1 << 20)
 		dur := w.p.lease/2 + time.Duration(w.rng.Int64N(int64(2*w.p.lease)))
-		id := w.rng.IntN(4)
+		stopTime := time.Duration(w.rng.Int64N(int64(2500 * time.Millisecond)))
+		id := w.rng.IntN(8)
+		size := 1 + w.rng.IntN(maxSize)
 		w.schedule(at, "chaos", func() {
 			alive := w.aliveTasks()
 			if len(alive) == 0 {
@@ -519,24 +768,36 @@ func (w *simWorld) chaos(stop <-chan struct{}) {
 			}
 			t := alive[pick%len(alive)]
 			switch {
-			case kind < 30:
+			case kind < 22:
 				t.mu.Lock()
 				t.pausedUntil = time.Now().Add(dur)
 				t.mu.Unlock()
+				if t.pausedUntil.After(w.pausedTill) {
+					w.pausedTill = t.pausedUntil
+				}
 				w.schedule(time.Now().Add(dur), "resume "+t.name, func() { w.resume(t) })
 				w.log(fmt.Sprintf("chaos: pause %s for %v", t.name, dur))
-			case kind < 45:
+			case kind < 32:
 				t.mu.Lock()
-				t.dead, t.exited = true, true
+				t.dead, t.exited, t.groupGone = true, true, true
 				t.mu.Unlock()
 				t.cancel()
 				w.log("chaos: crash " + t.name)
-			case kind < 60:
+			case kind < 47:
+				// A graceful stop (SIGTERM): a waiting task just stops; a
+				// holder stops its process group, then releases.
+				t.mu.Lock()
+				t.exited, t.stopTime = true, stopTime
+				t.mu.Unlock()
+				close(t.stopReq)
+				t.cancel()
+				w.count("graceful stops")
+				w.log(fmt.Sprintf("chaos: stop %s (its group takes %v)", t.name, stopTime))
+			case kind < 59:
 				w.log("chaos: " + w.outsideWrite(id%w.size, time.Now(), false))
-			case kind < 65:
+			case kind < 71:
 				w.log("chaos: " + w.outsideWrite(id%w.size, time.Now(), true))
-			case kind < 75:
-				size := 2 + pick%3
+			case kind < 85:
 				w.log(fmt.Sprintf("chaos: scale to %d", size))
 				w.scale(size)
 			}
@@ -556,7 +817,7 @@ func (w *simWorld) chaos(stop <-chan struct{}) {
 // operator whose requests travel like everyone's.
 func (w *simWorld) scale(size int) {
 	w.size = size
-	admin := &simTask{name: "admin"}
+	admin := &simTask{name: "admin", admin: true}
 	admin.repo = &simRepo{w: w, task: admin}
 	rng := rand.New(rand.NewPCG(w.rng.Uint64(), 0)) // nonces: deterministic, used by one goroutine
 	nonce := func() string { return fmt.Sprintf("%016x%016x", rng.Uint64(), rng.Uint64()) }
@@ -593,17 +854,33 @@ type simResult struct {
 	violations []string
 	steps      int
 	hash       uint64
+	counts     map[string]int
+	simulated  time.Duration
 }
 
 // runSim runs one seed inside a synctest bubble.
 func runSim(t *testing.T, p simParams, trace io.Writer) simResult {
 	var res simResult
+	setSimBugs(t, p.bugs)
+	defer setSimBugs(t, 0)
 	synctest.Test(t, func(t *testing.T) {
 		w := &simWorld{p: p, rng: rand.New(rand.NewPCG(p.seed, 0x5eed)), wake: make(chan struct{}, 1),
-			objects: map[int]*simObject{}, maxVersion: map[int]Version{}, deletedSince: map[int]bool{},
+			objects: map[int]*simObject{}, floor: map[int]Version{}, maxEver: map[int]Version{},
+			dirs: map[int]map[Version]*simDir{}, newest: map[int]uint64{}, lastTenure: map[int]*simTask{},
+			refusedAt: map[int]time.Time{}, counts: map[string]int{},
 			size: p.clusterSize, trace: trace, start: time.Now(), clocksDone: make(chan struct{})}
+		w.log("params " + p.String())
+		w.snapshot()
 		w.calmFrom = w.start.Add(p.chaosFor)
-		end := w.calmFrom.Add(3*p.lease + p.lease/3)
+		// Liveness is judged 3 L after the calm phase began and the last
+		// pause (which may reach into it) ended.
+		endOf := func() time.Time {
+			quiet := w.calmFrom
+			if w.pausedTill.After(quiet) {
+				quiet = w.pausedTill
+			}
+			return quiet.Add(3*p.lease + p.lease/3)
+		}
 		stop := make(chan struct{})
 		w.chaos(stop)
 		for i := 0; i < p.tasks; i++ {
@@ -611,6 +888,7 @@ func runSim(t *testing.T, p simParams, trace io.Writer) simResult {
 		}
 		liveChecked, stopped := false, false
 		for {
+			end := endOf()
 			synctest.Wait()
 			w.route(time.Now())
 			w.checkInvariants()
@@ -619,7 +897,7 @@ func runSim(t *testing.T, p simParams, trace io.Writer) simResult {
 				liveChecked = true
 			}
 			if liveChecked && !stopped {
-				stopped = true
+				stopped, w.ended = true, true
 				close(stop)
 				for _, tk := range w.tasks {
 					tk.cancel()
@@ -661,7 +939,7 @@ func runSim(t *testing.T, p simParams, trace io.Writer) simResult {
 		}
 		w.running.Wait()
 		close(w.clocksDone)
-		res = simResult{violations: w.violations, steps: w.steps, hash: w.hash}
+		res = simResult{violations: w.violations, steps: w.steps, hash: w.hash, counts: w.counts, simulated: time.Since(w.start)}
 	})
 	return res
 }
@@ -675,22 +953,78 @@ func sweepSeeds() int {
 	return *simSeeds
 }
 
+// violationKinds name the invariants, for the sweep's summary.
+var violationKinds = []string{"ABA", "at once", "valid again after its deadline", "after its tenure ended", "went down",
+	"not above", "marked unusable", "process group wrote", "data lost", "liveness", "did not stop"}
+
+func violationKind(v string) string {
+	for _, k := range violationKinds {
+		if strings.Contains(v, k) {
+			return k
+		}
+	}
+	return v
+}
+
+// TestSimulationSweep runs seeds 1..SIM_SEEDS and stops at the first
+// violation, or with SIM_KEEP_GOING=1 runs them all and sums up.
 func TestSimulationSweep(t *testing.T) {
 	seeds := sweepSeeds()
+	keepGoing := os.Getenv("SIM_KEEP_GOING") != ""
 	start := time.Now()
-	steps := 0
+	steps, opaque := 0, 0
+	var simulated time.Duration
+	counts, kinds := map[string]int{}, map[string][]int{}
+	var bad []string
 	for seed := 1; seed <= seeds; seed++ {
-		res := runSim(t, defaultSimParams(uint64(seed)), nil)
+		p := simParamsFor(uint64(seed))
+		if p.opaqueETags {
+			opaque++
+		}
+		res := runSim(t, p, nil)
 		steps += res.steps
-		if len(res.violations) > 0 {
-			t.Fatalf("seed %d: %d violation(s), first: %s\nreproduce: go test ./nodeid -run 'TestSimulationSeed$' -sim.seed=%d -v",
-				seed, len(res.violations), res.violations[0], seed)
+		simulated += res.simulated
+		for k, v := range res.counts {
+			counts[k] += v
+		}
+		if len(res.violations) == 0 {
+			continue
+		}
+		first := fmt.Sprintf("seed %d (%v): %d violation(s), first: %s", seed, p, len(res.violations), res.violations[0])
+		if !keepGoing {
+			t.Fatalf("%s\nreproduce: go test ./nodeid -run 'TestSimulationSeed$' -sim.seed=%d -v", first, seed)
+		}
+		k := violationKind(res.violations[0])
+		kinds[k] = append(kinds[k], seed)
+		if len(bad) < 20 {
+			bad = append(bad, first)
 		}
 	}
 	el := time.Since(start)
-	t.Logf("simulation: %d schedules explored, %d steps, %.0f steps/s, %.1f simulated minutes per second of real time",
-		seeds, steps, float64(steps)/el.Seconds(),
-		float64(seeds)*(defaultSimParams(0).chaosFor+4*defaultSimParams(0).lease).Minutes()/el.Seconds())
+	nbad := 0
+	for _, s := range kinds {
+		nbad += len(s)
+	}
+	t.Logf("simulation: %d schedules explored (%d with MD5 ETags, %d opaque), %d steps, %.0f steps/s, %.1f simulated minutes per second of real time, %d with violations",
+		seeds, seeds-opaque, opaque, steps, float64(steps)/el.Seconds(), simulated.Minutes()/el.Seconds(), nbad)
+	for _, k := range sortedKeys(counts) {
+		t.Logf("simulation:   %-55s %d", k, counts[k])
+	}
+	for _, k := range sortedKeys(kinds) {
+		t.Errorf("simulation: %d seeds violate %q, e.g. %v", len(kinds[k]), k, kinds[k][:min(10, len(kinds[k]))])
+	}
+	for _, b := range bad {
+		t.Log("simulation: " + b)
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 // TestSimulationSeed replays one seed with its trace: -sim.seed=N -v.
@@ -698,7 +1032,16 @@ func TestSimulationSeed(t *testing.T) {
 	if *simSeed < 0 {
 		t.Skip("set -sim.seed=N to replay a seed")
 	}
-	res := runSim(t, defaultSimParams(uint64(*simSeed)), testWriter{t})
+	p := simParamsFor(uint64(*simSeed))
+	if *simBugName != "" {
+		for _, c := range simTeeth {
+			if strings.Contains(c.name, *simBugName) {
+				c.set(&p)
+				t.Logf("deliberate bug: %s", c.name)
+			}
+		}
+	}
+	res := runSim(t, p, testWriter{t})
 	for _, v := range res.violations {
 		t.Error(v)
 	}
@@ -706,8 +1049,8 @@ func TestSimulationSeed(t *testing.T) {
 
 func TestSimulationIsDeterministic(t *testing.T) {
 	for _, seed := range []uint64{3, 17, 18, 43, 89, 150} {
-		a := runSim(t, defaultSimParams(seed), nil)
-		b := runSim(t, defaultSimParams(seed), nil)
+		a := runSim(t, simParamsFor(seed), nil)
+		b := runSim(t, simParamsFor(seed), nil)
 		if a.hash != b.hash || a.steps != b.steps {
 			t.Fatalf("seed %d ran differently twice: %d steps (hash %x) vs %d steps (hash %x)", seed, a.steps, a.hash, b.steps, b.hash)
 		}
@@ -717,36 +1060,59 @@ func TestSimulationIsDeterministic(t *testing.T) {
 	}
 }
 
-// The checker has teeth: each deliberate bug is found within a seed budget.
+// simTeeth are the deliberate bugs the sweep must catch, each with the kind
+// of violation it must cause and the seeds it may take (a scale-down racing
+// a take needs a rare coincidence: a delayed or paused take).
+var simTeeth = []struct {
+	name  string
+	set   func(*simParams)
+	want  string
+	seeds int
+}{
+	{"no self-fence margin", func(p *simParams) { p.bugs = bugNoMargin; p.maxDrift = 0.05 }, "at once", 2000},
+	{"expiry judged by comparing wall clocks", func(p *simParams) { p.bugs = bugWallClockExpiry }, "at once", 2000},
+	{"renewing after the deadline", func(p *simParams) { p.bugs = bugRenewAfterDeadline }, "valid again after its deadline", 2000},
+	{"released and never-held bodies without a nonce", func(p *simParams) { p.bugs = bugNoNonce }, "ABA", 2000},
+	{"scale-down keeps a released body", func(p *simParams) { p.bugs = bugScaleKeepsBody }, "marked unusable", 10000},
+	{"freshness from absence", func(p *simParams) { p.bugs = bugFreshFromAbsence }, "at once", 2000},
+	{"release before the process group is gone", func(p *simParams) { p.releaseBeforeGroupExits = true }, "process group wrote", 2000},
+	{"preparation ignores newer versions", func(p *simParams) { p.prepareIgnoresNewer = true }, "data lost", 2000},
+}
+
+// The checker has teeth: each deliberate bug is found within its budget,
+// on the sweep's own seeds. A seed counts only if the same seed without the
+// bug shows no violation of that kind. The provider's bugs exist only with
+// -tags simbugs.
 func TestSimulationFindsDeliberateBugs(t *testing.T) {
-	cases := []struct {
-		name   string
-		broken brokenRules
-		want   string // the kind of violation the bug must cause
-	}{
-		{"no self-fence margin", brokenRules{noMargin: true}, "at once"},
-		{"expiry judged by comparing wall clocks", brokenRules{wallClockExpiry: true}, "at once"},
-		{"renewing after the deadline", brokenRules{renewAfterDeadline: true}, "valid again after its deadline"},
+	if !simBugsBuild {
+		t.Skip("the deliberate bugs need -tags simbugs (make sim-teeth)")
 	}
-	for _, c := range cases {
+	for _, c := range simTeeth {
 		t.Run(c.name, func(t *testing.T) {
-			for seed := 1; seed <= 300; seed++ {
-				p := defaultSimParams(uint64(seed))
-				p.broken = c.broken
-				if c.broken.noMargin {
-					p.maxDrift = 0.05 // realistic drift is smaller; the margin is what covers it
-				}
-				res := runSim(t, p, nil)
-				for _, v := range res.violations {
-					if strings.Contains(v, c.want) {
-						t.Logf("found at seed %d: %s", seed, v)
-						return
+			for seed := 1; seed <= c.seeds; seed++ {
+				p := simParamsFor(uint64(seed))
+				c.set(&p)
+				if v, ok := violationOf(runSim(t, p, nil), c.want); ok {
+					if _, also := violationOf(runSim(t, simParamsFor(uint64(seed)), nil), c.want); also {
+						t.Logf("seed %d: %q also without the bug; not counted", seed, c.want)
+						continue
 					}
+					t.Logf("found at seed %d (%v): %s", seed, p, v)
+					return
 				}
 			}
-			t.Fatalf("no %q violation found in 300 seeds", c.want)
+			t.Fatalf("no %q violation found in %d seeds", c.want, c.seeds)
 		})
 	}
+}
+
+func violationOf(res simResult, want string) (string, bool) {
+	for _, v := range res.violations {
+		if strings.Contains(v, want) {
+			return v, true
+		}
+	}
+	return "", false
 }
 
 type testWriter struct{ t *testing.T }

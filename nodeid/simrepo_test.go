@@ -1,9 +1,11 @@
 package nodeid
 
 import (
+	"bytes"
 	"context"
 	"crypto/md5"
 	"fmt"
+	"maps"
 	"sort"
 	"strings"
 	"sync"
@@ -12,7 +14,9 @@ import (
 
 // This file is the simulated S3 of the deterministic simulation (sim_test.go):
 // an in-memory bucket with S3's conditional-write semantics, whose requests
-// travel through a scheduler that can delay, drop, duplicate or lose them.
+// travel through a scheduler that can delay, drop, duplicate or lose them,
+// and whose listings may lag. It also checks the version promise on every
+// write (checkVersion).
 
 // simObject is one lease object as S3 stores it.
 type simObject struct {
@@ -20,6 +24,14 @@ type simObject struct {
 	meta         map[string]string
 	etag         string
 	lastModified time.Time // server clock, whole seconds
+	lease        Lease     // decoded from body and meta
+	decoded      bool
+}
+
+// sameState reports whether two writes left the same content: If-Match
+// cannot tell them apart, and need not.
+func sameState(a, b *simObject) bool {
+	return bytes.Equal(a.body, b.body) && maps.Equal(a.meta, b.meta)
 }
 
 type simOp int
@@ -31,22 +43,30 @@ const (
 	opWrite
 	opGetMarker
 	opCreateMarker
+	// Local steps of a task, not S3 requests: no network, no faults.
+	opPrepare   // prepare the tenure's data directory
+	opStopGroup // graceful stop: stop the process group before releasing
 )
 
 func (o simOp) String() string {
-	return [...]string{"list", "get", "create", "write", "get marker", "create marker"}[o]
+	return [...]string{"list", "get", "create", "write", "get marker", "create marker", "prepare", "stop group"}[o]
 }
+
+func (o simOp) local() bool { return o >= opPrepare }
 
 // simRequest is one request in flight.
 type simRequest struct {
-	task   *simTask
-	seq    uint64 // per task
-	op     simOp
-	id     int
-	lease  Lease
-	marker ClusterMarker
-	etag   string
-	reply  chan simReply
+	task     *simTask
+	seq      uint64 // per task
+	op       simOp
+	id       int
+	lease    Lease
+	marker   ClusterMarker
+	etag     string
+	inst     NodeInstance // opPrepare
+	graceful bool         // opPrepare: the predecessor released
+	staleBy  time.Duration
+	reply    chan simReply
 	// afterLoss: the task had already lost its lease when it sent this. A
 	// write sent before the loss may still land after it; that is physics,
 	// not a bug (the task no longer acts on it).
@@ -59,6 +79,7 @@ type simReply struct {
 	record  Record
 	etag    string
 	err     error
+	shows   map[string]*simObject // ETag -> the write the answer shows under it
 }
 
 // simRepo is one task's view of the bucket: each call becomes a request in
@@ -81,9 +102,18 @@ func (r *simRepo) call(ctx context.Context, req *simRequest) simReply {
 	if r.task.crashed() {
 		return simReply{err: &StorageError{Op: req.op.String(), Kind: ErrUnavailable, Err: fmt.Errorf("task crashed")}}
 	}
+	if err := ctx.Err(); err != nil { // an HTTP client sends nothing on a done context
+		return simReply{err: &StorageError{Op: req.op.String(), Kind: ErrUnavailable, Err: err}}
+	}
 	r.w.submit(req)
 	select {
 	case rep := <-req.reply:
+		r.task.mu.Lock()
+		if r.task.seen == nil {
+			r.task.seen = map[string]*simObject{}
+		}
+		maps.Copy(r.task.seen, rep.shows)
+		r.task.mu.Unlock()
 		return rep
 	case <-ctx.Done():
 		return simReply{err: &StorageError{Op: req.op.String(), Kind: ErrUnavailable, Err: ctx.Err()}}
@@ -119,6 +149,17 @@ func (r *simRepo) CreateMarker(ctx context.Context, m ClusterMarker) error {
 	return r.call(ctx, &simRequest{op: opCreateMarker, marker: m}).err
 }
 
+// prepare asks for the tenure's data directory; false if refused.
+func (r *simRepo) prepare(inst NodeInstance, graceful bool) bool {
+	return r.call(context.Background(), &simRequest{op: opPrepare, id: inst.ID, inst: inst, graceful: graceful}).err == nil
+}
+
+// stopGroup returns when the supervisor may release: once the process group
+// is gone, or at once with the supervisor bug.
+func (r *simRepo) stopGroup() {
+	r.call(context.Background(), &simRequest{op: opStopGroup})
+}
+
 // serve applies req to the bucket at server time now, as S3 would.
 func (w *simWorld) serve(req *simRequest, now time.Time) simReply {
 	date := now.Truncate(time.Second)
@@ -128,13 +169,21 @@ func (w *simWorld) serve(req *simRequest, now time.Time) simReply {
 	}
 	switch req.op {
 	case opList:
+		objects, marker := w.objects, w.marker != nil
+		if req.staleBy > 0 {
+			s := w.snapshotAt(now.Add(-req.staleBy))
+			objects, marker = s.objects, s.marker
+			w.count("stale listings served")
+		}
 		l := Listing{ServerDate: date}
-		for id, o := range w.objects {
+		shows := map[string]*simObject{}
+		for id, o := range objects {
 			l.Slots = append(l.Slots, Slot{ID: id, ETag: o.etag, LastModified: o.lastModified, Size: int64(len(o.body))})
+			shows[o.etag] = o
 		}
 		sort.Slice(l.Slots, func(i, j int) bool { return l.Slots[i].ID < l.Slots[j].ID })
-		l.MarkerSeen = w.marker != nil
-		return simReply{listing: l}
+		l.MarkerSeen = marker
+		return simReply{listing: l, shows: shows}
 	case opGetMarker:
 		if w.marker == nil {
 			return fail(ErrNotFound, 404)
@@ -148,6 +197,7 @@ func (w *simWorld) serve(req *simRequest, now time.Time) simReply {
 		}
 		body := req.marker.Encode()
 		w.marker = &simObject{body: body, etag: w.etagOf(body), lastModified: now.Truncate(time.Second)}
+		w.snapshot()
 		return simReply{etag: w.marker.etag}
 	case opGet:
 		o, ok := w.objects[req.id]
@@ -157,12 +207,13 @@ func (w *simWorld) serve(req *simRequest, now time.Time) simReply {
 		rec := Record{Slot: Slot{ID: req.id, ETag: o.etag, LastModified: o.lastModified, Size: int64(len(o.body))}, ServerDate: date}
 		var err error
 		rec.Lease, err = DecodeLease(req.id, o.body, o.meta)
-		return simReply{record: rec, err: err}
+		return simReply{record: rec, err: err, shows: map[string]*simObject{o.etag: o}}
 	case opCreate:
 		if _, ok := w.objects[req.id]; ok {
 			return fail(ErrPreconditionFailed, 412)
 		}
-		return simReply{etag: w.store(req, now)}
+		o := w.store(req, now)
+		return simReply{etag: o.etag, shows: map[string]*simObject{o.etag: o}}
 	case opWrite:
 		o, ok := w.objects[req.id]
 		if !ok {
@@ -171,46 +222,176 @@ func (w *simWorld) serve(req *simRequest, now time.Time) simReply {
 		if o.etag != req.etag {
 			return fail(ErrPreconditionFailed, 412)
 		}
-		return simReply{etag: w.store(req, now)}
+		if read := req.task.seenAs(req.etag); read != nil && read != o && !sameState(read, o) {
+			w.violate("node %d: %s's If-Match on %s landed on another write than the one it read (ABA)", req.id, req.task.name, req.etag)
+		}
+		o = w.store(req, now)
+		return simReply{etag: o.etag, shows: map[string]*simObject{o.etag: o}}
 	}
 	panic("unknown op")
 }
 
-// store writes req's lease and checks the version invariants on the way.
-func (w *simWorld) store(req *simRequest, now time.Time) string {
-	body, meta := req.lease.Encode()
-	etag := w.etagOf(body)
-	prev := w.objects[req.id]
-	w.objects[req.id] = &simObject{body: body, meta: meta, etag: etag, lastModified: now.Truncate(time.Second)}
-	l := req.lease
-	// A "recreated-by:" lease stands for an unknown holder (a deleted object
-	// recreated): it is not a tenure of the task that writes it.
-	if l.Held() && req.task != nil && !strings.HasPrefix(l.TaskID, "recreated-by:") {
-		w.checkVersion(req.task, l, prev)
-		if req.afterLoss {
-			w.violate("task %s sent a write of a held lease of node %d after its tenure ended (%v)", req.task.name, l.Instance.ID, req.task.provider.Err())
-		}
+// seenAs returns the write t last received under etag, if any.
+func (t *simTask) seenAs(etag string) *simObject {
+	if t == nil {
+		return nil
 	}
-	return etag
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.seen[etag]
 }
 
-func (w *simWorld) checkVersion(task *simTask, l Lease, prev *simObject) {
+// store writes req's lease and checks the invariants of a write on the way.
+func (w *simWorld) store(req *simRequest, now time.Time) *simObject {
+	body, meta := req.lease.Encode()
+	o := &simObject{body: body, meta: meta, etag: w.etagOf(body), lastModified: now.Truncate(time.Second)}
+	o.lease, o.decoded = decodeOK(req.id, body, meta)
+	prev := w.objects[req.id]
+	w.objects[req.id] = o
+	if t := req.task; t != nil && o.decoded {
+		l := o.lease
+		w.checkVersion(t, l, prev)
+		// A "recreated-by:" lease (a holder recreating its deleted object
+		// after its loss) stands for an unknown holder, not a tenure.
+		if l.Held() && l.TaskID == t.name && req.afterLoss {
+			w.violate("task %s sent a write of a held lease of node %d after its tenure ended (%v)", t.name, l.Instance.ID, t.provider.Err())
+		}
+		if !t.admin && prev != nil && prev.meta[MetaAcquirable] == "false" {
+			w.violate("node %d: task %s's write landed on an object marked unusable by a scale-down", req.id, t.name)
+		}
+		w.countWrite(t, l, prev)
+	}
+	w.changed()
+	return o
+}
+
+func decodeOK(id int, body []byte, meta map[string]string) (Lease, bool) {
+	l, err := DecodeLease(id, body, meta)
+	return l, err == nil
+}
+
+// checkVersion checks the version promise (docs/simulation.md): a write by a
+// task or the operator never puts a node's version below the floor, and a
+// task's acquisition gets a version above it. The floor is the highest
+// version of the node that was written and that the bucket has recorded
+// without a break since (in the node's object or in any object's
+// knownVersionMappings); see changed.
+func (w *simWorld) checkVersion(t *simTask, l Lease, prev *simObject) {
 	id, v := l.Instance.ID, l.Instance.Version
-	max, seen := w.maxVersion[id]
-	prevTask := ""
-	if prev != nil {
-		prevTask = prev.meta[MetaTaskID]
-	}
-	newTenure := prevTask != l.TaskID
+	floor := w.floor[id]
+	acquisition := l.TaskID == t.name && (prev == nil || prev.meta[MetaTaskID] != l.TaskID)
 	switch {
-	case seen && v < max && !w.deletedSince[id]:
-		w.violate("node %d: version went down from %d to %d (task %s)", id, max, v, task.name)
-	case seen && newTenure && v <= max && !w.deletedSince[id]:
-		w.violate("node %d: task %s acquired version %d, not above the earlier %d", id, task.name, v, max)
+	case acquisition && v <= floor:
+		w.violate("node %d: task %s acquired version %d, not above %d, which the bucket still records (%s)", id, t.name, v, floor, w.recordedWhere(id, floor))
+	case v < floor:
+		w.violate("node %d: version went down from %d to %d (written by %s; %d recorded %s)", id, floor, v, t.name, floor, w.recordedWhere(id, floor))
 	}
-	if !seen || v > max {
-		w.maxVersion[id] = v
+	if acquisition && v <= w.maxEver[id] {
+		w.count("acquisitions at a version the bucket had forgotten")
 	}
+	w.floor[id] = max(floor, v)
+	w.maxEver[id] = max(w.maxEver[id], v)
+}
+
+// changed runs after every change of the bucket: it lowers each node's
+// floor to what the bucket still records of it, and keeps a snapshot for
+// stale listings.
+func (w *simWorld) changed() {
+	for id, f := range w.floor {
+		if r := w.recorded(id); r < f {
+			w.floor[id] = r
+		}
+	}
+	w.snapshot()
+}
+
+// recorded is the highest version of id that the bucket records.
+func (w *simWorld) recorded(id int) Version {
+	var r Version
+	for oid, o := range w.objects {
+		if !o.decoded {
+			continue
+		}
+		if oid == id {
+			r = max(r, o.lease.Instance.Version)
+		}
+		r = max(r, o.lease.KnownVersions[id])
+	}
+	return r
+}
+
+// recordedWhere names the objects that record version v of id or above.
+func (w *simWorld) recordedWhere(id int, v Version) string {
+	var where []string
+	for oid, o := range w.objects {
+		switch {
+		case !o.decoded:
+		case oid == id && o.lease.Instance.Version >= v:
+			where = append(where, fmt.Sprintf("in its own object, v%d", o.lease.Instance.Version))
+		case o.lease.KnownVersions[id] >= v:
+			who := o.lease.TaskID
+			if who == "" {
+				who = "released by " + o.lease.Writer
+			}
+			where = append(where, fmt.Sprintf("in the mappings of node %d's object (%s): %d", oid, who, o.lease.KnownVersions[id]))
+		}
+	}
+	sort.Strings(where)
+	return strings.Join(where, "; ")
+}
+
+// countWrite counts the kinds of writes the sweep reports as coverage.
+func (w *simWorld) countWrite(t *simTask, l Lease, prev *simObject) {
+	if prev == nil || !prev.decoded {
+		return
+	}
+	was := prev.lease
+	switch {
+	case t.admin && was.Acquirable && !l.Acquirable && was.Held():
+		w.count("scale-downs of held IDs")
+	case t.admin && was.Acquirable && !l.Acquirable:
+		w.count("scale-downs of released or never-held IDs")
+	case t.admin && !was.Acquirable && l.Acquirable:
+		w.count("scale-ups of removed IDs")
+	case !l.Held() && was.TaskID == t.name && w.chaotic():
+		w.count("releases during the chaos phase")
+	}
+}
+
+// simSnapshot is the bucket at one moment, for listings that lag.
+type simSnapshot struct {
+	at      time.Time
+	objects map[int]*simObject
+	marker  bool
+}
+
+// maxStale is how far behind a stale listing may be.
+const maxStale = 2 * time.Second
+
+func (w *simWorld) snapshot() {
+	if w.p.staleLists == 0 {
+		return
+	}
+	now := time.Now()
+	w.snaps = append(w.snaps, simSnapshot{at: now, objects: maps.Clone(w.objects), marker: w.marker != nil})
+	i := 0 // keep the newest snapshot older than maxStale, and all after it
+	for i+1 < len(w.snaps) && !w.snaps[i+1].at.After(now.Add(-maxStale)) {
+		i++
+	}
+	w.snaps = w.snaps[i:]
+}
+
+// snapshotAt returns the bucket as it was at t (objects are never changed
+// in place, so a shallow copy is a true snapshot).
+func (w *simWorld) snapshotAt(t time.Time) simSnapshot {
+	s := w.snaps[0]
+	for _, c := range w.snaps {
+		if c.at.After(t) {
+			break
+		}
+		s = c
+	}
+	return s
 }
 
 // outsideWrite overwrites or deletes a lease object from outside the
@@ -221,18 +402,35 @@ func (w *simWorld) outsideWrite(id int, now time.Time, del bool) string {
 		return "nothing to change"
 	}
 	if del {
+		w.countDelete(id, o)
 		delete(w.objects, id)
-		w.deletedSince[id] = true
+		w.changed()
 		return fmt.Sprintf("deleted node %d", id)
 	}
 	v := Version(1)
-	if l, err := DecodeLease(id, o.body, o.meta); err == nil && l.Instance.Version > 0 {
-		v = l.Instance.Version
+	if o.decoded && o.lease.Instance.Version > 0 {
+		v = o.lease.Instance.Version
 	}
 	req := &simRequest{op: opWrite, id: id, lease: Lease{TaskID: "outsider", Instance: NodeInstance{ID: id, Version: v},
 		Expires: now.Add(time.Hour), Duration: time.Second, Nonce: fmt.Sprint(w.etagSeq), Acquirable: true}}
 	w.store(req, now)
 	return fmt.Sprintf("overwrote node %d as outsider v%d", id, v)
+}
+
+func (w *simWorld) countDelete(id int, o *simObject) {
+	w.count("outside deletes")
+	if o.decoded && o.lease.Held() {
+		w.count("outside deletes of held leases")
+	}
+	if w.size == 1 {
+		w.count("outside deletes with cluster size 1")
+	}
+	for oid, p := range w.objects {
+		if oid != id && p.decoded && !p.lease.Held() && p.lease.Instance.Version == 0 {
+			w.count("outside deletes beside never-held objects")
+			break
+		}
+	}
 }
 
 // etagOf returns the ETag S3 gives a plain PUT of body: its MD5, so equal

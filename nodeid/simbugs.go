@@ -1,0 +1,17 @@
+package nodeid
+
+// simBug names a deliberate protocol bug. The simulation's teeth tests turn
+// them on one at a time to show that its invariants catch each one. Only a
+// build with the simbugs tag can turn one on (simbugs_on.go); in every other
+// build bugOn is the constant false (simbugs_off.go) and the compiler drops
+// the buggy branches.
+type simBug uint
+
+const (
+	bugNoMargin           simBug = 1 << iota // validity until s + L instead of s + L - m
+	bugWallClockExpiry                       // judge expiry by the holder's timestamp and our wall clock
+	bugRenewAfterDeadline                    // accept renewals answered after the deadline; no watchdog
+	bugNoNonce                               // released and never-held bodies empty: equal ETags (ABA)
+	bugScaleKeepsBody                        // Scale marks a released lease unusable without a new body
+	bugFreshFromAbsence                      // fresh = no held object seen; never-held taken without the marker
+)
