@@ -23,6 +23,9 @@ type Handoff struct {
 	PreviousGraceful     bool            `json:"previousGraceful"`
 	KnownVersions        VersionMappings `json:"knownVersionMappings"`
 	ValidUntilBoottimeNs int64           `json:"validUntilBoottimeNs"`
+	// LeaseDurationMs is the acquirer's lease duration, which its writes
+	// record; the adopter must use the same.
+	LeaseDurationMs int64 `json:"leaseDurationMs,omitempty"`
 	// Pending are the renewals whose answer was lost: any of them may have
 	// landed, so the ETag above may be stale. The adopter recognises its
 	// predecessor's landed write by the nonce instead of taking it for an
@@ -71,6 +74,7 @@ func (p *Provider) HandOff(ctx context.Context) (Handoff, error) {
 		PreviousGraceful:     p.graceful,
 		KnownVersions:        p.known.Clone(),
 		ValidUntilBoottimeNs: int64(boot + left),
+		LeaseDurationMs:      p.cfg.LeaseDuration.Milliseconds(),
 	}
 	for nonce, sent := range p.pending {
 		h.Pending = append(h.Pending, PendingWrite{Nonce: nonce, SentBoottimeNs: int64(boot - now.Sub(sent))})
@@ -89,6 +93,12 @@ func (p *Provider) HandOff(ctx context.Context) (Handoff, error) {
 func (p *Provider) Adopt(ctx context.Context, h Handoff) (NodeInstance, error) {
 	if h.TaskID != p.cfg.TaskID {
 		return NodeInstance{}, fmt.Errorf("%w: hand-off of task %q, this task is %q", ErrInvalidConfig, h.TaskID, p.cfg.TaskID)
+	}
+	if h.LeaseDurationMs != 0 && time.Duration(h.LeaseDurationMs)*time.Millisecond != p.cfg.LeaseDuration {
+		// A renewal of the predecessor whose answer was lost is credited
+		// with our validity, but it recorded its own duration: a longer one
+		// of ours could outlast what waiters read from it.
+		return NodeInstance{}, fmt.Errorf("%w: hand-off made with lease duration %v, this process has %v; use the same in both", ErrInvalidConfig, time.Duration(h.LeaseDurationMs)*time.Millisecond, p.cfg.LeaseDuration)
 	}
 	if h.ETag == "" || h.Instance.Version < 1 {
 		return NodeInstance{}, fmt.Errorf("%w: hand-off without an ETag or version", ErrInvalidConfig)

@@ -38,6 +38,12 @@ type ClusterMarker struct {
 	CreatedBy string
 	// ClusterSize is the size the cluster was bootstrapped with.
 	ClusterSize int
+	// LeaseDuration is the cluster's lease duration, from the task that
+	// created the marker (0 if unknown: an older or foreign marker). An
+	// object overwritten or recreated by someone else no longer records its
+	// holder's duration; waiters use this one as a floor, and a task with a
+	// longer one refuses to acquire.
+	LeaseDuration time.Duration
 	// LastModified is the server's time of the marker's creation (read only).
 	LastModified time.Time
 }
@@ -46,14 +52,15 @@ type ClusterMarker struct {
 // without bootstrap ETags: it proves the cluster was initialized, and no
 // never-held object is provably fresh.
 type markerBody struct {
-	BootstrapETags map[string]string `json:"bootstrapETags"`
-	CreatedBy      string            `json:"createdBy,omitempty"`
-	ClusterSize    int               `json:"clusterSize,omitempty"`
+	BootstrapETags  map[string]string `json:"bootstrapETags"`
+	CreatedBy       string            `json:"createdBy,omitempty"`
+	ClusterSize     int               `json:"clusterSize,omitempty"`
+	LeaseDurationMs int64             `json:"leaseDurationMs,omitempty"`
 }
 
 // Encode returns the body of the marker object.
 func (m ClusterMarker) Encode() []byte {
-	w := markerBody{BootstrapETags: map[string]string{}, CreatedBy: m.CreatedBy, ClusterSize: m.ClusterSize}
+	w := markerBody{BootstrapETags: map[string]string{}, CreatedBy: m.CreatedBy, ClusterSize: m.ClusterSize, LeaseDurationMs: m.LeaseDuration.Milliseconds()}
 	for id, etag := range m.Bootstrap {
 		w.BootstrapETags[strconv.Itoa(id)] = etag
 	}
@@ -85,7 +92,11 @@ func DecodeMarker(body []byte) (ClusterMarker, error) {
 		}
 		m.Bootstrap[id] = etag
 	}
+	if w.LeaseDurationMs < 0 {
+		return ClusterMarker{}, fmt.Errorf("%w: cluster marker: negative leaseDurationMs", ErrCorruptLease)
+	}
 	m.CreatedBy, m.ClusterSize = w.CreatedBy, w.ClusterSize
+	m.LeaseDuration = time.Duration(w.LeaseDurationMs) * time.Millisecond
 	return m, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -370,6 +371,9 @@ func (p *Provider) trySpread(ctx context.Context) (NodeInstance, bool, bool, err
 		}
 		p.seen.see(s.ID, s.ETag, arrived)
 	}
+	if err := p.checkClusterLease(ctx); err != nil {
+		return NodeInstance{}, false, false, err
+	}
 	inst, ok, stale := p.tryListing(ctx, listing, created)
 	return inst, ok, stale, nil
 }
@@ -398,6 +402,9 @@ func (p *Provider) trySequential(ctx context.Context) (NodeInstance, bool, error
 	err := Initialize(ictx, p.repo, p.cfg.ClusterSize, p.cfg.TaskID, p.cfg.LeaseDuration)
 	cancel()
 	if err != nil {
+		return NodeInstance{}, false, err
+	}
+	if err := p.checkClusterLease(ctx); err != nil {
 		return NodeInstance{}, false, err
 	}
 	for _, id := range p.allowedIDs() {
@@ -540,40 +547,62 @@ func (p *Provider) judge(ctx context.Context, rec Record, arrived time.Time) (fr
 	if !l.Acquirable {
 		return false, false
 	}
-	if !l.Held() {
-		switch {
-		case l.Instance.Version > 0 && !l.Legacy:
-			return true, !l.Forced
-		case !l.Legacy && (bugOn(bugFreshFromAbsence) || p.clusterMarker(ctx).provesFresh(rec)):
-			return true, true
-		}
+	if !l.Held() && l.Instance.Version > 0 && !l.Legacy {
+		return true, !l.Forced
+	}
+	marker, err := p.clusterMarker(ctx)
+	if err != nil {
+		return false, false // without the marker neither proof nor floor: wait
+	}
+	if !l.Held() && !l.Legacy && (bugOn(bugFreshFromAbsence) || marker.provesFresh(rec)) {
+		return true, true
 	}
 	if bugOn(bugWallClockExpiry) {
 		return !p.cfg.Clock.Now().Before(l.Expires), false
 	}
-	lease := max(l.Duration, p.cfg.LeaseDuration)
+	// The holder's own duration may be gone from the object (overwritten,
+	// or recreated by a task with a shorter one): the cluster's, recorded in
+	// the marker, is a floor that no task exceeds (Acquire refuses one that
+	// would).
+	lease := max(l.Duration, p.cfg.LeaseDuration, marker.LeaseDuration)
 	if ExpiredByServerClock(rec.LastModified, rec.ServerDate, lease) {
 		return true, false
 	}
 	return p.seen.unchangedFor(rec.ID, rec.ETag, arrived) >= lease, false
 }
 
+// checkClusterLease refuses a lease duration above the cluster's (recorded in
+// the marker): waiters judge a lease whose object no longer records its
+// holder's duration by the cluster's, so a longer one could be taken while
+// its holder still acts.
+func (p *Provider) checkClusterLease(ctx context.Context) error {
+	m, err := p.clusterMarker(ctx)
+	if err != nil {
+		return err
+	}
+	if L := m.LeaseDuration; L > 0 && p.cfg.LeaseDuration > L {
+		return fmt.Errorf("%w: lease duration %v is longer than the cluster's %v (recorded in %s when it was created); use %v or less", ErrInvalidConfig, p.cfg.LeaseDuration, L, MarkerKeyName, L)
+	}
+	return nil
+}
+
 // clusterMarker returns the cluster marker, read once per acquisition. Until
-// it exists it is the zero marker, which proves nothing fresh.
-func (p *Provider) clusterMarker(ctx context.Context) ClusterMarker {
+// it exists it is the zero marker, which proves nothing fresh; an error means
+// it could not be read, and then nothing may be judged by it.
+func (p *Provider) clusterMarker(ctx context.Context) (ClusterMarker, error) {
 	if p.marker == nil {
 		gctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
 		m, err := p.repo.Marker(gctx)
 		cancel()
-		if err != nil {
-			if !errors.Is(err, ErrNotFound) {
-				p.log.Warn("reading the cluster marker failed", "err", err)
-			}
-			return ClusterMarker{}
+		switch {
+		case errors.Is(err, ErrNotFound):
+			return ClusterMarker{}, nil // none yet: it proves nothing
+		case err != nil:
+			return ClusterMarker{}, fmt.Errorf("reading the cluster marker: %w", err)
 		}
 		p.marker = &m
 	}
-	return *p.marker
+	return *p.marker, nil
 }
 
 // learn records the versions a lease read while acquiring shows, so the
@@ -589,6 +618,22 @@ func (p *Provider) learn(l Lease) {
 // take writes our lease over rec with one conditional PUT.
 func (p *Provider) take(ctx context.Context, rec Record, graceful bool) (NodeInstance, bool) {
 	p.learn(rec.Lease)
+	if strings.HasPrefix(rec.Lease.TaskID, recreatedPrefix) {
+		// A recreated object names the version its recreator knew, which a
+		// delayed recreation can put below versions handed out since. Every
+		// lease's knowledge is read first, so the version taken is above all
+		// of it. Recreations are rare; this costs a LIST and a GET per ID.
+		if listing, err := p.list(ctx); err == nil {
+			sctx, cancel := context.WithTimeout(ctx, time.Duration(len(listing.Slots)+1)*p.cfg.RequestTimeout)
+			s := surveyLeases(sctx, p.repo, listing, 0)
+			cancel()
+			for id, v := range s.known {
+				p.acqKnown.Observe(id, v)
+			}
+		} else {
+			return NodeInstance{}, false
+		}
+	}
 	if p.acqKnown[rec.ID] >= MaxVersion {
 		p.log.Error("node id has reached the largest version; it cannot be taken again", "node_id", rec.ID, "version", int64(p.acqKnown[rec.ID]))
 		return NodeInstance{}, false
@@ -711,8 +756,8 @@ func (p *Provider) renew() (time.Duration, bool) {
 	p.emit(Event{Kind: EventRenewalFailed, Instance: lease.Instance, Latency: p.cfg.Clock.Now().Sub(sent), Err: err})
 	switch {
 	case errors.Is(err, ErrNotFound):
+		p.recreateDeleted(lease.Instance, "", deadline)
 		p.lose("lease object deleted", err)
-		p.recreateDeleted(lease.Instance)
 		return 0, false
 	case errors.Is(err, ErrPreconditionFailed), errors.Is(err, ErrConflict):
 		return p.reconcile(err)
@@ -732,15 +777,19 @@ func (p *Provider) renew() (time.Duration, bool) {
 	}
 }
 
-// recreateDeleted runs after the holder found its lease object deleted and
-// has stopped: it recreates the object, if nobody has yet, as an expiring
-// lease of an unknown holder at the holder's own version. Only the holder
-// may know that version (with one node ID, or before its peers learned it);
-// without this a recreator would start again from a lower one. The create
-// is If-None-Match: if someone recreated the object first, theirs stands.
-func (p *Provider) recreateDeleted(inst NodeInstance) {
+// recreateDeleted runs when the holder finds its lease object deleted (or
+// deleted and recreated below its version by another task), just before it
+// stops: it writes the object as an expiring lease of an unknown holder at
+// the holder's own version. Only the holder may know that version (with one
+// node ID, or before its peers learned it); without this the next holder
+// would start again from a lower one. With etag empty the write is a create
+// (If-None-Match: *), else it replaces the recreation it read (If-Match).
+// It is bounded by the holder's deadline, so it cannot delay the stop past
+// it, and nobody can take the ID in the meantime: a recreated object is an
+// expiring lease.
+func (p *Provider) recreateDeleted(inst NodeInstance, etag string, deadline time.Time) {
 	l := Lease{
-		TaskID:        "recreated-by:" + p.cfg.TaskID,
+		TaskID:        recreatedPrefix + p.cfg.TaskID,
 		Instance:      inst,
 		Expires:       p.cfg.Clock.Now().Add(p.cfg.LeaseDuration),
 		Duration:      p.cfg.LeaseDuration,
@@ -748,10 +797,16 @@ func (p *Provider) recreateDeleted(inst NodeInstance) {
 		KnownVersions: p.KnownVersions(),
 		Acquirable:    true,
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.RequestTimeout)
+	ctx, cancel := p.boundedContext(deadline, p.cfg.Clock.Now())
 	defer cancel()
-	if _, err := p.repo.Create(ctx, l); err != nil {
-		p.log.Info("lease object not recreated", "node_id", inst.ID, "version", int64(inst.Version), "err", err)
+	var err error
+	if etag == "" {
+		_, err = p.repo.Create(ctx, l)
+	} else {
+		_, err = p.repo.Write(ctx, l, etag)
+	}
+	if err != nil {
+		p.log.Info("lease object not recreated at our version", "node_id", inst.ID, "version", int64(inst.Version), "err", err)
 		return
 	}
 	p.log.Info("recreated the deleted lease object as an expiring lease at our version", "node_id", inst.ID, "version", int64(inst.Version))
@@ -769,8 +824,8 @@ func (p *Provider) reconcile(cause error) (time.Duration, bool) {
 	rec, err := p.repo.Get(ctx, inst.ID)
 	switch {
 	case errors.Is(err, ErrNotFound):
+		p.recreateDeleted(inst, "", deadline)
 		p.lose("lease object deleted", cause)
-		p.recreateDeleted(NodeInstance{ID: inst.ID, Version: inst.Version})
 		return 0, false
 	case errors.Is(err, ErrCorruptLease):
 		p.lose("lease object overwritten with a corrupt object", err)
@@ -793,6 +848,11 @@ func (p *Provider) reconcile(cause error) (time.Duration, bool) {
 		p.lose("node id marked unusable (scaled down)", cause)
 	case !l.Held():
 		p.lose("lease released by someone else", cause)
+	case strings.HasPrefix(l.TaskID, recreatedPrefix) && l.Instance.ID == inst.ID && l.Instance.Version < inst.Version:
+		// Deleted and recreated by another task below our version: only
+		// we know ours. Put it back before stopping.
+		p.recreateDeleted(inst, rec.ETag, deadline)
+		p.lose(fmt.Sprintf("lease object deleted and recreated by %q at version %d", l.TaskID, l.Instance.Version), cause)
 	case l.TaskID != p.cfg.TaskID || l.Instance != inst:
 		p.lose(fmt.Sprintf("lease overwritten by task %q with version %d", l.TaskID, l.Instance.Version), cause)
 	default:

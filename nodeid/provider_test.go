@@ -28,7 +28,7 @@ func TestRacingProvidersGetDistinctIDs(t *testing.T) {
 			forEachServer(t, func(t *testing.T, srv *s3test.Server) {
 				repo := newRepo(t, srv, "")
 				if tc.bootstrap {
-					if err := nodeid.Initialize(context.Background(), repo, n, "bootstrap", time.Second); err != nil {
+					if err := nodeid.Initialize(context.Background(), repo, n, "bootstrap", 2*time.Second); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -248,7 +248,7 @@ func TestDeletedLeaseObjectIsALoss(t *testing.T) {
 func writeDeadLease(t *testing.T, repo *nodeid.S3Repository, id int, version nodeid.Version) time.Time {
 	t.Helper()
 	ctx := context.Background()
-	if err := nodeid.Initialize(ctx, repo, id+1, "setup", time.Second); err != nil {
+	if err := nodeid.Initialize(ctx, repo, id+1, "setup", 2*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	rec, err := repo.Get(ctx, id)
@@ -285,7 +285,7 @@ func TestExpiredLeaseIsTakenOverWithTheNextVersion(t *testing.T) {
 func TestCorruptLeaseObjectIsSkipped(t *testing.T) {
 	forEachServer(t, func(t *testing.T, srv *s3test.Server) {
 		repo := newRepo(t, srv, "")
-		if err := nodeid.Initialize(context.Background(), repo, 2, "setup", time.Second); err != nil {
+		if err := nodeid.Initialize(context.Background(), repo, 2, "setup", 2*time.Second); err != nil {
 			t.Fatal(err)
 		}
 		putRaw(t, srv, nodeid.LeaseKey(testPrefix, 0), `{"taskId": "x", "nodeInst`, map[string]string{"version": "3"})
@@ -404,7 +404,7 @@ func TestInitializeIsIdempotentUnderConcurrency(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				errs <- nodeid.Initialize(context.Background(), repo, 5, fmt.Sprintf("t%d", i), time.Second)
+				errs <- nodeid.Initialize(context.Background(), repo, 5, fmt.Sprintf("t%d", i), 2*time.Second)
 			}()
 		}
 		wg.Wait()
@@ -434,7 +434,7 @@ func TestDeletedObjectIsRecreatedWithTheKnownVersion(t *testing.T) {
 	srv := s3test.NewFake(t)
 	repo := newRepo(t, srv, "")
 	ctx := context.Background()
-	if err := nodeid.Initialize(ctx, repo, 2, "setup", time.Second); err != nil {
+	if err := nodeid.Initialize(ctx, repo, 2, "setup", 2*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	rec, _ := repo.Get(ctx, 0)
@@ -444,7 +444,7 @@ func TestDeletedObjectIsRecreatedWithTheKnownVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 	deleteRaw(t, srv, nodeid.LeaseKey(testPrefix, 1))
-	if err := nodeid.Initialize(ctx, repo, 2, "repairer", time.Second); err != nil {
+	if err := nodeid.Initialize(ctx, repo, 2, "repairer", 2*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	got, err := repo.Get(ctx, 1)
@@ -570,7 +570,7 @@ func TestEndpointFromTheStandardEnvironment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := nodeid.Initialize(context.Background(), repo, 2, "t", time.Second); err != nil {
+	if err := nodeid.Initialize(context.Background(), repo, 2, "t", 2*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if l, err := repo.List(context.Background()); err != nil || len(l.Slots) != 2 {
@@ -582,7 +582,7 @@ func TestEndpointFromTheStandardEnvironment(t *testing.T) {
 func TestSequentialStrategyGetsDistinctIDs(t *testing.T) {
 	srv := s3test.NewFake(t)
 	repo := newRepo(t, srv, "")
-	if err := nodeid.Initialize(context.Background(), repo, 10, "bootstrap", time.Second); err != nil {
+	if err := nodeid.Initialize(context.Background(), repo, 10, "bootstrap", 2*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	before := repo.Requests()

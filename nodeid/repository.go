@@ -152,7 +152,7 @@ func initializeFrom(ctx context.Context, repo Repository, listing Listing, size 
 	// has run (its marker was deleted, or it predates markers), and the
 	// marker then names nothing, so a never-held object recreated after an
 	// outside delete cannot pass for a bootstrap one.
-	m := ClusterMarker{Bootstrap: map[int]string{}, CreatedBy: taskID, ClusterSize: size}
+	m := ClusterMarker{Bootstrap: map[int]string{}, CreatedBy: taskID, ClusterSize: size, LeaseDuration: leaseDuration}
 	ran := slices.ContainsFunc(listing.Slots, func(s Slot) bool { return !sizeSuggestsReleased(s.Size) })
 	for _, s := range listing.Slots {
 		if s.ID < size && !ran {
@@ -180,6 +180,10 @@ type bootstrap struct {
 	marker  *ClusterMarker
 }
 
+// recreatedPrefix starts the task ID of a lease recreated after an outside
+// delete: it stands for an unknown holder, not for a tenure of that task.
+const recreatedPrefix = "recreated-by:"
+
 // createMissing creates the objects of missing: never-held leases if s says
 // the cluster is fresh, otherwise expiring leases of an unknown holder.
 func createMissing(ctx context.Context, repo Repository, listing Listing, missing []int, size int, taskID string, s survey, nonce func() string) (Listing, []Record, error) {
@@ -200,7 +204,7 @@ func createMissing(ctx context.Context, repo Repository, listing Listing, missin
 			Acquirable: true,
 		}
 		if !s.fresh {
-			l.TaskID = "recreated-by:" + taskID
+			l.TaskID = recreatedPrefix + taskID
 			l.Writer = ""
 			l.Instance.Version = max(s.known[id], 1)
 			l.Expires = time.Now().Add(s.duration)

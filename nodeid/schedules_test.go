@@ -28,6 +28,15 @@ func slowTakeConfig(t *testing.T, task string, size int, delay time.Duration) no
 	return cfg
 }
 
+// bootstrapWithLease creates the cluster's objects and its marker, which
+// records the cluster's lease duration: no task may use a longer one.
+func bootstrapWithLease(t *testing.T, repo nodeid.Repository, size int, lease time.Duration) {
+	t.Helper()
+	if err := nodeid.Initialize(context.Background(), repo, size, "bootstrap", lease); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // cycle acquires with a fresh task and releases at once: one tenure.
 func cycle(t *testing.T, repo nodeid.Repository, task string, size int) nodeid.NodeInstance {
 	t.Helper()
@@ -46,7 +55,8 @@ func cycle(t *testing.T, repo nodeid.Repository, task string, size int) nodeid.N
 func TestDelayedTakeOfAReleasedLeaseAfterOtherTenuresFails(t *testing.T) {
 	forEachServer(t, func(t *testing.T, srv *s3test.Server) {
 		direct := newRepo(t, srv, "")
-		first := cycle(t, direct, "x", 1) // node 0 released at v1
+		bootstrapWithLease(t, direct, 1, time.Minute) // room for the late task's longer lease
+		first := cycle(t, direct, "x", 1)             // node 0 released at v1
 
 		const delay = 1500 * time.Millisecond
 		proxy := startProxy(t, srv)
@@ -80,6 +90,7 @@ func TestDelayedTakeOfAReleasedLeaseAfterOtherTenuresFails(t *testing.T) {
 func TestScaleDownOfAReleasedIDIsNotUndoneByADelayedTake(t *testing.T) {
 	forEachServer(t, func(t *testing.T, srv *s3test.Server) {
 		direct := newRepo(t, srv, "")
+		bootstrapWithLease(t, direct, 2, time.Minute)
 		holderCfg := fastConfig(t, "x", 2, newLossRecorder())
 		holderCfg.AllowedIDs = []int{0}
 		holder := newProvider(t, direct, holderCfg)

@@ -607,7 +607,7 @@ func TestFailedPreparationAfterATakeoverLeavesTheLeaseToExpire(t *testing.T) {
 	c := newCluster(t, s3test.StartVersity(t), 1)
 	repo := c.repo()
 	ctx := context.Background()
-	if err := nodeid.Initialize(ctx, repo, 1, "setup", time.Second); err != nil {
+	if err := nodeid.Initialize(ctx, repo, 1, "setup", 2*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	rec, _ := repo.Get(ctx, 0)
@@ -648,7 +648,7 @@ func TestDataRootWithANewerVersionIsRefusedAndTheLeaseLeftToExpire(t *testing.T)
 	c := newCluster(t, s3test.StartVersity(t), 1)
 	repo := c.repo()
 	ctx := context.Background()
-	if err := nodeid.Initialize(ctx, repo, 1, "setup", time.Second); err != nil {
+	if err := nodeid.Initialize(ctx, repo, 1, "setup", 2*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	v5 := filepath.Join(c.root, "node-0", "v5")
