@@ -1,0 +1,40 @@
+package datadir
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// Review 2: Newest (release --force --data-root) judges leftovers with an
+// empty Cluster, so our own leftover of a crash during the marker write
+// (truncated marker next to our .nodeid-preparing) is "a marker that cannot
+// be read" to it, and it refuses with ErrUnrecognized, where Prepare of the
+// same cluster recognises the leftover and goes on (datadir.md: Newest
+// "refuses the same way"). The operator's release then exits 2.
+func TestReview2NewestRefusesOurOwnLeftover(t *testing.T) {
+	root := t.TempDir()
+	makeVersion(t, root, 0, 3, map[string]string{"data": "v3"}, 3)
+	v4 := makeVersion(t, root, 0, 4, map[string]string{"data": "half"}, -1)
+	writePreparing(t, v4, 4, clusterA)
+	if err := os.WriteFile(filepath.Join(v4, MarkerName), []byte(`{"initializedAt":"2026-`), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, OwnerName), []byte(`{"bucket":"bucket-a","prefix":"prod/"}`), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	// Prepare of this cluster: v4 is our leftover, v3 the source.
+	probe := t.TempDir()
+	if err := os.CopyFS(probe, os.DirFS(root)); err != nil {
+		t.Fatal(err)
+	}
+	if _, res, err := Prepare(context.Background(), probe, inst(0, 5), Options{Cluster: clusterA, Logger: quiet}); err != nil || res.Source != 3 {
+		t.Fatalf("Prepare(v5) = %+v, %v; want v3 as the source", res, err)
+	}
+	v, ok, err := Newest(root, 0)
+	if errors.Is(err, ErrUnrecognized) || !ok || v != 3 {
+		t.Errorf("Newest = %d, %v, %v; want 3 like Prepare (v4 is our own leftover)", v, ok, err)
+	}
+}
