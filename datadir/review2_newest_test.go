@@ -38,3 +38,13 @@ func TestReview2NewestRefusesOurOwnLeftover(t *testing.T) {
 		t.Errorf("Newest = %d, %v, %v; want 3 like Prepare (v4 is our own leftover)", v, ok, err)
 	}
 }
+
+// Review 2: Newest "reads only" (an operator tool checks a version against
+// the data root), yet it refuses a data root it cannot write (openRoot's
+// access(W_OK)), e.g. the EFS mounted read-only on an operator's machine.
+func TestReview2NewestReadsAReadOnlyRoot(t *testing.T) {
+	root := readOnlyDir(t)
+	if _, ok, err := Newest(root, 0); err != nil || ok {
+		t.Errorf("Newest of a read-only root without node-0 = %v, %v; want nothing found and no error", ok, err)
+	}
+}
