@@ -168,7 +168,7 @@ func (t *tree) copyDir(src, dst *os.File, rel string) (err error) {
 				return err
 			}
 		case actSymlink:
-			if err := t.copySymlink(src, dst, name, crel); err != nil {
+			if err := t.copySymlink(src, dst, name, crel, &st); err != nil {
 				return err
 			}
 		case actLink, actCopy:
@@ -240,8 +240,9 @@ func (t *tree) copySubdir(src, dst *os.File, name, rel string, st *unix.Stat_t) 
 	return nil
 }
 
-// copySymlink recreates a symlink after checking that it stays inside.
-func (t *tree) copySymlink(src, dst *os.File, name, rel string) error {
+// copySymlink recreates a symlink after checking that it stays inside, with
+// the times of the source link (st), as cp -a does.
+func (t *tree) copySymlink(src, dst *os.File, name, rel string, st *unix.Stat_t) error {
 	target, err := readlinkat(int(src.Fd()), name)
 	if err != nil {
 		return err
@@ -253,7 +254,7 @@ func (t *tree) copySymlink(src, dst *os.File, name, rel string) error {
 		return &os.PathError{Op: "symlinkat", Path: path.Join(t.dst, rel), Err: err}
 	}
 	t.symlinks.Add(1)
-	return nil
+	return setTimes(dst, name, st)
 }
 
 // copyFile copies a regular file: copy_file_range(2) through

@@ -9,10 +9,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Review 2: copies keep times "as with cp -a" (datadir.md), but a recreated
-// symlink gets the time of the copy: copySymlink sets no times (cp -a sets
-// them with utimensat(AT_SYMLINK_NOFOLLOW)).
-func TestReview2SymlinkTimesAreKept(t *testing.T) {
+// Copies keep times as cp -a does, symlinks included (a regression test
+// from review 2: a recreated symlink used to get the time of the copy).
+func TestSymlinkTimesAreKept(t *testing.T) {
 	root := t.TempDir()
 	v1 := makeVersion(t, root, 0, 1, map[string]string{"data": "x"}, 1)
 	link := filepath.Join(v1, "current")
