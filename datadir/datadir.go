@@ -101,8 +101,9 @@ type Options struct {
 	// both trees once more.
 	VerifyContent bool
 
-	// Keep is the number of valid versions that garbage collection keeps
-	// (besides the current one). Zero means 2; negative is invalid.
+	// Keep is the number of valid versions that garbage collection keeps,
+	// the current one included (1 keeps only the current one). Zero means
+	// 2; negative is invalid.
 	Keep int
 
 	// DirMode is the permission of the node and version directories that
