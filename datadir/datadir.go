@@ -297,7 +297,7 @@ func Prepare(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 	if err := ctx.Err(); err != nil {
 		return "", Result{}, err
 	}
-	rootDir, err := openRoot(root)
+	rootDir, err := openRoot(root, true)
 	if err != nil {
 		return "", Result{}, err
 	}
@@ -427,7 +427,7 @@ func Collect(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 	if err := checkInstance(inst); err != nil {
 		return nil, err
 	}
-	rootDir, err := openRoot(root)
+	rootDir, err := openRoot(root, true)
 	if err != nil {
 		return nil, err
 	}
@@ -448,8 +448,9 @@ func Collect(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 }
 
 // openRoot checks root up front so that a misconfigured mount gives one clear
-// error instead of a failure somewhere inside the copy.
-func openRoot(root string) (*os.Root, error) {
+// error instead of a failure somewhere inside the copy. Only a caller that
+// writes asks for a writable root.
+func openRoot(root string, writable bool) (*os.Root, error) {
 	if root == "" {
 		return nil, fmt.Errorf("%w: empty path", ErrRoot)
 	}
@@ -462,8 +463,10 @@ func openRoot(root string) (*os.Root, error) {
 	case !fi.IsDir():
 		return nil, fmt.Errorf("%w: %s is not a directory", ErrRoot, root)
 	}
-	if err := checkWritable(root); err != nil {
-		return nil, fmt.Errorf("%w: %s is not writable: %w", ErrRoot, root, err)
+	if writable {
+		if err := checkWritable(root); err != nil {
+			return nil, fmt.Errorf("%w: %s is not writable: %w", ErrRoot, root, err)
+		}
 	}
 	r, err := os.OpenRoot(root)
 	if err != nil {

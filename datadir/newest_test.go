@@ -8,13 +8,12 @@ import (
 	"testing"
 )
 
-// Review 2: Newest (release --force --data-root) judges leftovers with an
-// empty Cluster, so our own leftover of a crash during the marker write
-// (truncated marker next to our .nodeid-preparing) is "a marker that cannot
-// be read" to it, and it refuses with ErrUnrecognized, where Prepare of the
-// same cluster recognises the leftover and goes on (datadir.md: Newest
-// "refuses the same way"). The operator's release then exits 2.
-func TestReview2NewestRefusesOurOwnLeftover(t *testing.T) {
+// Newest (release --force --data-root) judges as Prepare of the same cluster
+// does: our own leftover of a crash during the marker write (a truncated
+// marker next to our .nodeid-preparing) is passed over, not refused with
+// ErrUnrecognized (review 2: Newest judged without the cluster, and the
+// operator's release exited 2).
+func TestNewestPassesOverOurOwnLeftover(t *testing.T) {
 	root := t.TempDir()
 	makeVersion(t, root, 0, 3, map[string]string{"data": "v3"}, 3)
 	v4 := makeVersion(t, root, 0, 4, map[string]string{"data": "half"}, -1)
@@ -33,18 +32,29 @@ func TestReview2NewestRefusesOurOwnLeftover(t *testing.T) {
 	if _, res, err := Prepare(context.Background(), probe, inst(0, 5), Options{Cluster: clusterA, Logger: quiet}); err != nil || res.Source != 3 {
 		t.Fatalf("Prepare(v5) = %+v, %v; want v3 as the source", res, err)
 	}
-	v, ok, err := Newest(root, 0)
+	v, ok, err := Newest(root, 0, clusterA)
 	if errors.Is(err, ErrUnrecognized) || !ok || v != 3 {
 		t.Errorf("Newest = %d, %v, %v; want 3 like Prepare (v4 is our own leftover)", v, ok, err)
 	}
 }
 
-// Review 2: Newest "reads only" (an operator tool checks a version against
-// the data root), yet it refuses a data root it cannot write (openRoot's
-// access(W_OK)), e.g. the EFS mounted read-only on an operator's machine.
-func TestReview2NewestReadsAReadOnlyRoot(t *testing.T) {
+// Newest only reads, so a data root it cannot write will do (the EFS
+// mounted read-only on an operator's machine).
+func TestNewestReadsAReadOnlyRoot(t *testing.T) {
 	root := readOnlyDir(t)
-	if _, ok, err := Newest(root, 0); err != nil || ok {
+	if _, ok, err := Newest(root, 0, clusterA); err != nil || ok {
 		t.Errorf("Newest of a read-only root without node-0 = %v, %v; want nothing found and no error", ok, err)
+	}
+}
+
+// Newest refuses a root owned by another cluster, as Prepare does.
+func TestNewestRefusesAForeignRoot(t *testing.T) {
+	root := t.TempDir()
+	makeVersion(t, root, 0, 3, map[string]string{"data": "v3"}, 3)
+	if err := os.WriteFile(filepath.Join(root, OwnerName), []byte(`{"bucket":"other","prefix":""}`), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok, err := Newest(root, 0, clusterA); !errors.Is(err, ErrForeignCluster) {
+		t.Errorf("Newest = %d, %v, %v; want ErrForeignCluster", v, ok, err)
 	}
 }
