@@ -361,6 +361,10 @@ func Prepare(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 		src := p.source.v
 		res.HasSource, res.Source, from = true, src, &src
 		log.Info("datadir: preparing from previous version", "source", int64(src), "graceful", cfg.graceful)
+		before, err := readMarker(p.source.dir, src)
+		if err != nil {
+			return "", Result{}, fmt.Errorf("%w: source %s: %w", ErrValidation, p.source.name, err)
+		}
 		t := &tree{
 			ctx: ctx, cfg: cfg, log: log, node: node.r,
 			src: p.source.name, dst: target,
@@ -368,6 +372,11 @@ func Prepare(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 			dstPath: dir,
 		}
 		if err := t.copyAndValidate(&res); err != nil {
+			return "", Result{}, err
+		}
+		// Validation compares with the source as it is now, which a stale
+		// holder's GC may have half deleted; GC removes the marker first.
+		if err := sourceStillValid(p.source, before); err != nil {
 			return "", Result{}, err
 		}
 		// The copy keeps the source's top-level mode; restore ours.
@@ -383,6 +392,9 @@ func Prepare(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 		if err := syncTree(dst); err != nil {
 			return "", Result{}, fmt.Errorf("datadir: flushing %s: %w", dir, err)
 		}
+	}
+	if err := ctx.Err(); err != nil {
+		return "", Result{}, err
 	}
 	m := Marker{InitializedAt: time.Now().UTC(), Version: inst.Version, InitializedFrom: from}
 	if err := writeMarker(dst, m); err != nil {
@@ -702,6 +714,25 @@ func planPrepare(node *os.File, nodePath string, k nodeid.Version, c Cluster) (p
 		return p, unknown
 	}
 	return p, nil
+}
+
+// sourceStillValid checks, through the directory the copy read from, that
+// the source still has the marker it had before the copy: garbage
+// collection (a stale holder's too) removes a version's marker durably
+// before any of its contents, so a copy made while it ran may be torn.
+func sourceStillValid(src entry, before Marker) error {
+	after, err := readMarker(src.dir, src.v)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w: the source %s lost its marker during the copy (removed by garbage collection?): %w; the next attempt redoes the copy",
+			ErrValidation, src.name, err)
+	case !after.InitializedAt.Equal(before.InitializedAt) || after.Version != before.Version ||
+		(after.InitializedFrom == nil) != (before.InitializedFrom == nil) ||
+		(after.InitializedFrom != nil && *after.InitializedFrom != *before.InitializedFrom):
+		return fmt.Errorf("%w: the marker of the source %s changed during the copy; the next attempt redoes the copy",
+			ErrValidation, src.name)
+	}
+	return nil
 }
 
 // collect implements Collect on an open node directory; nodePath is only for

@@ -2,9 +2,11 @@ package datadir
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -12,12 +14,12 @@ import (
 	"github.com/nodeid/nodeid/nodeid"
 )
 
-// Review 2: a stale holder's garbage collection removes the source that the
-// current holder's Prepare is copying from, and the current holder's
-// validation accepts the torn copy, because it only checks that what the
-// source holds *now* is in the target. A GC that stops half-way (SIGKILL,
-// a pause, an I/O error on EFS) leaves the source with some of its files
-// gone; the successor then writes a valid marker on an incomplete copy.
+// A stale holder's garbage collection may remove the source that the
+// current holder's Prepare is copying from. Validation only checks that what
+// the source holds *now* is in the target, so a GC that stops half-way
+// (SIGKILL, a pause, an I/O error on EFS) used to leave a torn copy with a
+// valid marker (review 2). Prepare now re-reads the source's marker after
+// validation (GC removes it first) and fails with ErrValidation instead.
 //
 // Schedule (Keep 1; two stale holders suffice with the default Keep 2, see
 // the second test):
@@ -32,8 +34,8 @@ import (
 //	in-progress file, the marker, then the files of z/ ... and stops
 //	(SIGKILL / pause / EIO; here an immutable file stands for that line).
 //	B resumes: copies k, lists z/ (now missing the files A removed), copies
-//	what is left, validates against the shrunken v1 -> passes, writes the
-//	marker. v3 is "valid" and lacks data v1 held when B chose it.
+//	what is left, validates against the shrunken v1 -> passes; B must then
+//	see that v1 lost its marker and write none.
 //
 // The immutable flag (root only) on k and z/stop only decides where A's GC
 // stops; every step runs through the real Prepare.
@@ -63,6 +65,7 @@ func setImmutable(t *testing.T, path string) {
 }
 
 func staleGCTearsSuccessor(t *testing.T, stale []int64, successor int64, keep int) {
+	refused := 0
 	for attempt := 0; attempt < 40; attempt++ {
 		root := t.TempDir()
 		hooked := fmt.Sprintf("k%02d", attempt) // sorts after the marker, before z
@@ -93,8 +96,15 @@ func staleGCTearsSuccessor(t *testing.T, stale []int64, successor int64, keep in
 		if !ran {
 			t.Fatal("hook never ran")
 		}
+		if errors.Is(err, ErrValidation) && strings.Contains(err.Error(), "lost its marker") {
+			refused++
+			if exists(t, filepath.Join(Dir(root, inst(0, nodeidVersion(successor))), MarkerName)) {
+				t.Fatalf("attempt %d: %v, yet the target has a marker", attempt, err)
+			}
+			continue
+		}
 		if err != nil {
-			continue // A's GC stopped before anything B still needed: no tear this time
+			continue // A's GC stopped before anything B still needed
 		}
 		got := contents(t, dir)
 		var missing []string
@@ -108,6 +118,9 @@ func staleGCTearsSuccessor(t *testing.T, stale []int64, successor int64, keep in
 				attempt, successor, readMarkerFile(t, dir), len(missing), keysOf(missing), staleErrs)
 		}
 	}
+	if refused == 0 {
+		t.Error("no attempt tore the source: the schedule no longer reaches the check")
+	}
 }
 
 func keysOf(s []string) []string {
@@ -118,14 +131,14 @@ func keysOf(s []string) []string {
 	return keys(m)
 }
 
-func TestReview2StaleGCTearsTheSuccessorsCopyKeep1(t *testing.T) {
+func TestStaleGCOfTheSourceFailsThePreparationKeep1(t *testing.T) {
 	staleGCTearsSuccessor(t, []int64{2}, 3, 1)
 }
 
 // With the default Keep 2 it takes two stale holders: A1 (v2) and A2 (v3)
 // both paused before their markers while B (v4) plans from v1; they resume
 // in turn, A2 prepares from A1's v2, and A2's GC counts v3, v2, v1.
-func TestReview2StaleGCTearsTheSuccessorsCopyDefaultKeep(t *testing.T) {
+func TestStaleGCOfTheSourceFailsThePreparationDefaultKeep(t *testing.T) {
 	staleGCTearsSuccessor(t, []int64{2, 3}, 4, 0)
 }
 
