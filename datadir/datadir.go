@@ -86,9 +86,11 @@ type Options struct {
 
 	// Immutable lists patterns of files that are never modified after they
 	// are written (for example "snapshots/**"). They are hard-linked even
-	// after an ungraceful takeover. Patterns are slash-separated paths
-	// relative to the version directory; each segment is a path.Match
-	// pattern, and "**" matches any number of segments.
+	// after an ungraceful takeover, unless the file has another name
+	// (st_nlink > 1) through which a stale holder might write. Patterns
+	// are slash-separated paths relative to the version directory; each
+	// segment is a path.Match pattern, and "**" matches any number of
+	// segments.
 	Immutable []string
 
 	// Skip lists patterns (same syntax) of files and directories that are not
