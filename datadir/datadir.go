@@ -341,7 +341,7 @@ func Prepare(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 		defer node.Close()
 	}
 	var res Result
-	if p.target.st == stateLeftover || p.target.st == stateEmpty {
+	if p.target.st == stateLeftover || p.target.st == stateEmpty || p.target.st == stateNoData {
 		log.Warn("datadir: removing leftovers of an interrupted preparation", "dir", dir)
 		if err := removeUnfinished(node.f, p.target); err != nil {
 			return "", Result{}, fmt.Errorf("datadir: removing leftovers %s: %w", dir, err)
@@ -425,7 +425,8 @@ func Prepare(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 // removes valid versions beyond the newest keep (Options.Keep, zero means
 // 2; inst's own version counts if valid), our own leftovers of interrupted
 // preparations (an in-progress file naming the version and Options.Cluster)
-// and empty directories. Everything else is not positively ours and is left
+// and directories without data (empty, or holding only an in-progress file
+// that is empty or names Options.Cluster). Everything else is not positively ours and is left
 // in place and logged: a marker it cannot read (perhaps a newer format), a
 // directory without a marker or in-progress file of ours, a file or symlink
 // named like a version. Nothing at or above inst's version is touched: a
@@ -546,6 +547,7 @@ const (
 	stateValid              // a directory with a valid marker
 	stateLeftover           // ours, unfinished: no valid marker, our in-progress file
 	stateEmpty              // an empty directory: removing it loses nothing
+	stateNoData             // only an in-progress file, empty or ours: a crash while writing it
 	stateBadMarker          // a marker that cannot be read, not ours: perhaps valid in another format
 	stateNotDir             // a symlink, file or anything else that is not a directory
 	stateNotOurs            // a directory without a valid marker or an in-progress file of ours
@@ -558,8 +560,9 @@ type entry struct {
 	name string
 	v    nodeid.Version
 	st   dirState
-	why  string   // what is wrong with a directory that is not valid
-	dir  *os.File // nil unless st is stateValid, stateLeftover, stateEmpty
+	why  string      // what is wrong with a directory that is not valid
+	dir  *os.File    // nil unless st is stateValid, stateLeftover, stateEmpty, stateNoData
+	lone unix.Stat_t // stateNoData: the in-progress file as judged
 }
 
 func (e *entry) close() {
@@ -613,6 +616,13 @@ func inspect(node *os.File, name string, v nodeid.Version, c Cluster) (e entry, 
 		return e, err
 	case empty:
 		e.st, e.why, e.dir, keep = stateEmpty, "empty", d, true
+		return e, nil
+	}
+	switch lone, ok, err := onlyInProgress(d, c); {
+	case err != nil:
+		return e, err
+	case ok:
+		e.st, e.why, e.dir, e.lone, keep = stateNoData, "only an in-progress file", d, lone, true
 		return e, nil
 	}
 	if errors.Is(merr, errBadMarker) {
@@ -769,7 +779,7 @@ func collect(ctx context.Context, node *os.File, nodePath string, current nodeid
 			continue
 		case e.st == stateValid:
 			err = removeValid(node, e, c)
-		case e.st == stateLeftover, e.st == stateEmpty:
+		case e.st == stateLeftover, e.st == stateEmpty, e.st == stateNoData:
 			err = removeUnfinished(node, e)
 		default:
 			notOurs = append(notOurs, p)
@@ -807,10 +817,24 @@ func removeValid(node *os.File, e entry, c Cluster) error {
 	return removeLeftover(node, e)
 }
 
-// removeUnfinished removes our leftover or an empty directory; the latter
-// with rmdir(2), which fails if anything was written into it meanwhile.
+// removeUnfinished removes our leftover, or an empty directory or one with
+// only an in-progress file (which must still be the file judged); the
+// latter two with rmdir(2), which fails if anything was written meanwhile.
 func removeUnfinished(node *os.File, e entry) error {
-	if e.st == stateEmpty {
+	switch e.st {
+	case stateEmpty:
+		return rmdirAt(node, e.name, e.dir)
+	case stateNoData:
+		var st unix.Stat_t
+		if err := fstatat(int(e.dir.Fd()), PreparingName, &st); err != nil {
+			return err
+		}
+		if st.Dev != e.lone.Dev || st.Ino != e.lone.Ino || st.Size != e.lone.Size {
+			return fmt.Errorf("%s/%s changed since it was inspected; left in place", e.dir.Name(), PreparingName)
+		}
+		if err := unlinkAt(e.dir, PreparingName); err != nil {
+			return err
+		}
 		return rmdirAt(node, e.name, e.dir)
 	}
 	return removeLeftover(node, e)
