@@ -86,9 +86,11 @@ type Options struct {
 
 	// Immutable lists patterns of files that are never modified after they
 	// are written (for example "snapshots/**"). They are hard-linked even
-	// after an ungraceful takeover. Patterns are slash-separated paths
-	// relative to the version directory; each segment is a path.Match
-	// pattern, and "**" matches any number of segments.
+	// after an ungraceful takeover, unless the file has another name
+	// (st_nlink > 1) through which a stale holder might write. Patterns
+	// are slash-separated paths relative to the version directory; each
+	// segment is a path.Match pattern, and "**" matches any number of
+	// segments.
 	Immutable []string
 
 	// Skip lists patterns (same syntax) of files and directories that are not
@@ -101,8 +103,9 @@ type Options struct {
 	// both trees once more.
 	VerifyContent bool
 
-	// Keep is the number of valid versions that garbage collection keeps
-	// (besides the current one). Zero means 2; negative is invalid.
+	// Keep is the number of valid versions that garbage collection keeps,
+	// the current one included (1 keeps only the current one). Zero means
+	// 2; negative is invalid.
 	Keep int
 
 	// DirMode is the permission of the node and version directories that
@@ -296,7 +299,7 @@ func Prepare(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 	if err := ctx.Err(); err != nil {
 		return "", Result{}, err
 	}
-	rootDir, err := openRoot(root)
+	rootDir, err := openRoot(root, true)
 	if err != nil {
 		return "", Result{}, err
 	}
@@ -338,7 +341,7 @@ func Prepare(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 		defer node.Close()
 	}
 	var res Result
-	if p.target.st == stateLeftover || p.target.st == stateEmpty {
+	if p.target.st == stateLeftover || p.target.st == stateEmpty || p.target.st == stateNoData {
 		log.Warn("datadir: removing leftovers of an interrupted preparation", "dir", dir)
 		if err := removeUnfinished(node.f, p.target); err != nil {
 			return "", Result{}, fmt.Errorf("datadir: removing leftovers %s: %w", dir, err)
@@ -360,6 +363,10 @@ func Prepare(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 		src := p.source.v
 		res.HasSource, res.Source, from = true, src, &src
 		log.Info("datadir: preparing from previous version", "source", int64(src), "graceful", cfg.graceful)
+		before, err := readMarker(p.source.dir, src)
+		if err != nil {
+			return "", Result{}, fmt.Errorf("%w: source %s: %w", ErrValidation, p.source.name, err)
+		}
 		t := &tree{
 			ctx: ctx, cfg: cfg, log: log, node: node.r,
 			src: p.source.name, dst: target,
@@ -367,6 +374,11 @@ func Prepare(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 			dstPath: dir,
 		}
 		if err := t.copyAndValidate(&res); err != nil {
+			return "", Result{}, err
+		}
+		// Validation compares with the source as it is now, which a stale
+		// holder's GC may have half deleted; GC removes the marker first.
+		if err := sourceStillValid(p.source, before); err != nil {
 			return "", Result{}, err
 		}
 		// The copy keeps the source's top-level mode; restore ours.
@@ -382,6 +394,9 @@ func Prepare(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 		if err := syncTree(dst); err != nil {
 			return "", Result{}, fmt.Errorf("datadir: flushing %s: %w", dir, err)
 		}
+	}
+	if err := ctx.Err(); err != nil {
+		return "", Result{}, err
 	}
 	m := Marker{InitializedAt: time.Now().UTC(), Version: inst.Version, InitializedFrom: from}
 	if err := writeMarker(dst, m); err != nil {
@@ -410,7 +425,8 @@ func Prepare(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 // removes valid versions beyond the newest keep (Options.Keep, zero means
 // 2; inst's own version counts if valid), our own leftovers of interrupted
 // preparations (an in-progress file naming the version and Options.Cluster)
-// and empty directories. Everything else is not positively ours and is left
+// and directories without data (empty, or holding only an in-progress file
+// that is empty or names Options.Cluster). Everything else is not positively ours and is left
 // in place and logged: a marker it cannot read (perhaps a newer format), a
 // directory without a marker or in-progress file of ours, a file or symlink
 // named like a version. Nothing at or above inst's version is touched: a
@@ -426,7 +442,7 @@ func Collect(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 	if err := checkInstance(inst); err != nil {
 		return nil, err
 	}
-	rootDir, err := openRoot(root)
+	rootDir, err := openRoot(root, true)
 	if err != nil {
 		return nil, err
 	}
@@ -447,8 +463,9 @@ func Collect(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 }
 
 // openRoot checks root up front so that a misconfigured mount gives one clear
-// error instead of a failure somewhere inside the copy.
-func openRoot(root string) (*os.Root, error) {
+// error instead of a failure somewhere inside the copy. Only a caller that
+// writes asks for a writable root.
+func openRoot(root string, writable bool) (*os.Root, error) {
 	if root == "" {
 		return nil, fmt.Errorf("%w: empty path", ErrRoot)
 	}
@@ -461,8 +478,10 @@ func openRoot(root string) (*os.Root, error) {
 	case !fi.IsDir():
 		return nil, fmt.Errorf("%w: %s is not a directory", ErrRoot, root)
 	}
-	if err := checkWritable(root); err != nil {
-		return nil, fmt.Errorf("%w: %s is not writable: %w", ErrRoot, root, err)
+	if writable {
+		if err := checkWritable(root); err != nil {
+			return nil, fmt.Errorf("%w: %s is not writable: %w", ErrRoot, root, err)
+		}
 	}
 	r, err := os.OpenRoot(root)
 	if err != nil {
@@ -528,6 +547,7 @@ const (
 	stateValid              // a directory with a valid marker
 	stateLeftover           // ours, unfinished: no valid marker, our in-progress file
 	stateEmpty              // an empty directory: removing it loses nothing
+	stateNoData             // only an in-progress file, empty or ours: a crash while writing it
 	stateBadMarker          // a marker that cannot be read, not ours: perhaps valid in another format
 	stateNotDir             // a symlink, file or anything else that is not a directory
 	stateNotOurs            // a directory without a valid marker or an in-progress file of ours
@@ -540,8 +560,9 @@ type entry struct {
 	name string
 	v    nodeid.Version
 	st   dirState
-	why  string   // what is wrong with a directory that is not valid
-	dir  *os.File // nil unless st is stateValid, stateLeftover, stateEmpty
+	why  string      // what is wrong with a directory that is not valid
+	dir  *os.File    // nil unless st is stateValid, stateLeftover, stateEmpty, stateNoData
+	lone unix.Stat_t // stateNoData: the in-progress file as judged
 }
 
 func (e *entry) close() {
@@ -595,6 +616,13 @@ func inspect(node *os.File, name string, v nodeid.Version, c Cluster) (e entry, 
 		return e, err
 	case empty:
 		e.st, e.why, e.dir, keep = stateEmpty, "empty", d, true
+		return e, nil
+	}
+	switch lone, ok, err := onlyInProgress(d, c); {
+	case err != nil:
+		return e, err
+	case ok:
+		e.st, e.why, e.dir, e.lone, keep = stateNoData, "only an in-progress file", d, lone, true
 		return e, nil
 	}
 	if errors.Is(merr, errBadMarker) {
@@ -700,6 +728,25 @@ func planPrepare(node *os.File, nodePath string, k nodeid.Version, c Cluster) (p
 	return p, nil
 }
 
+// sourceStillValid checks, through the directory the copy read from, that
+// the source still has the marker it had before the copy: garbage
+// collection (a stale holder's too) removes a version's marker durably
+// before any of its contents, so a copy made while it ran may be torn.
+func sourceStillValid(src entry, before Marker) error {
+	after, err := readMarker(src.dir, src.v)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w: the source %s lost its marker during the copy (removed by garbage collection?): %w; the next attempt redoes the copy",
+			ErrValidation, src.name, err)
+	case !after.InitializedAt.Equal(before.InitializedAt) || after.Version != before.Version ||
+		(after.InitializedFrom == nil) != (before.InitializedFrom == nil) ||
+		(after.InitializedFrom != nil && *after.InitializedFrom != *before.InitializedFrom):
+		return fmt.Errorf("%w: the marker of the source %s changed during the copy; the next attempt redoes the copy",
+			ErrValidation, src.name)
+	}
+	return nil
+}
+
 // collect implements Collect on an open node directory; nodePath is only for
 // messages.
 func collect(ctx context.Context, node *os.File, nodePath string, current nodeid.Version, keep int, c Cluster, log *slog.Logger) ([]string, error) {
@@ -732,7 +779,7 @@ func collect(ctx context.Context, node *os.File, nodePath string, current nodeid
 			continue
 		case e.st == stateValid:
 			err = removeValid(node, e, c)
-		case e.st == stateLeftover, e.st == stateEmpty:
+		case e.st == stateLeftover, e.st == stateEmpty, e.st == stateNoData:
 			err = removeUnfinished(node, e)
 		default:
 			notOurs = append(notOurs, p)
@@ -770,10 +817,24 @@ func removeValid(node *os.File, e entry, c Cluster) error {
 	return removeLeftover(node, e)
 }
 
-// removeUnfinished removes our leftover or an empty directory; the latter
-// with rmdir(2), which fails if anything was written into it meanwhile.
+// removeUnfinished removes our leftover, or an empty directory or one with
+// only an in-progress file (which must still be the file judged); the
+// latter two with rmdir(2), which fails if anything was written meanwhile.
 func removeUnfinished(node *os.File, e entry) error {
-	if e.st == stateEmpty {
+	switch e.st {
+	case stateEmpty:
+		return rmdirAt(node, e.name, e.dir)
+	case stateNoData:
+		var st unix.Stat_t
+		if err := fstatat(int(e.dir.Fd()), PreparingName, &st); err != nil {
+			return err
+		}
+		if st.Dev != e.lone.Dev || st.Ino != e.lone.Ino || st.Size != e.lone.Size {
+			return fmt.Errorf("%s/%s changed since it was inspected; left in place", e.dir.Name(), PreparingName)
+		}
+		if err := unlinkAt(e.dir, PreparingName); err != nil {
+			return err
+		}
 		return rmdirAt(node, e.name, e.dir)
 	}
 	return removeLeftover(node, e)

@@ -240,7 +240,7 @@ func TestSymlinkedNewerVersionIsRefused(t *testing.T) {
 				t.Fatalf("Prepare(v3) = %v (source v%d), want ErrUnrecognized naming %s", err, res.Source, p)
 			}
 			equalMaps(t, snapshotTree(t, root), before)
-			if v, ok, err := Newest(root, 0); !errors.Is(err, ErrUnrecognized) {
+			if v, ok, err := Newest(root, 0, clusterA); !errors.Is(err, ErrUnrecognized) {
 				t.Errorf("Newest = %d, %v, %v, want ErrUnrecognized", v, ok, err)
 			}
 		})
@@ -259,7 +259,7 @@ func TestSymlinkedNewerVersionIsRefused(t *testing.T) {
 		if !exists(t, Dir(root, inst(0, 1))) || !exists(t, filepath.Join(moved, MarkerName)) {
 			t.Error("the symlink below the source, or what it points to, was removed")
 		}
-		if v, ok, err := Newest(root, 0); err != nil || !ok || v != 3 {
+		if v, ok, err := Newest(root, 0, clusterA); err != nil || !ok || v != 3 {
 			t.Errorf("Newest = %d, %v, %v, want 3", v, ok, err)
 		}
 	})

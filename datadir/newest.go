@@ -9,20 +9,28 @@ import (
 )
 
 // Newest returns the newest valid version directory of node id under root,
-// and false if there is none. It reads only: an operator tool uses it to
-// check that a version it is about to write is not below data that exists.
-// Like Prepare, it refuses (ErrUnrecognized) when an entry above the newest
-// valid version cannot be judged: an unreadable marker, or a symlink or file
-// named like a version.
-func Newest(root string, id int) (nodeid.Version, bool, error) {
+// and false if there is none. It reads only (a read-only root will do): an
+// operator tool uses it to check that a version it is about to write is not
+// below data that exists. It judges as Prepare of cluster c does: a root
+// owned by another cluster is ErrForeignCluster, c's own leftovers are
+// passed over, and an entry above the newest valid version that cannot be
+// judged (an unreadable marker that is not c's leftover, a symlink or file
+// named like a version) is ErrUnrecognized.
+func Newest(root string, id int, c Cluster) (nodeid.Version, bool, error) {
 	if id < 0 {
 		return 0, false, ErrInvalid
 	}
-	rootDir, err := openRoot(root)
+	if !c.set() && c.Prefix != "" {
+		return 0, false, fmt.Errorf("%w: Cluster has a prefix but no bucket", ErrInvalid)
+	}
+	rootDir, err := openRoot(root, false)
 	if err != nil {
 		return 0, false, err
 	}
 	defer rootDir.Close()
+	if _, err := checkOwner(rootDir, root, c); err != nil {
+		return 0, false, err
+	}
 	node, err := openNodeDir(rootDir, nodeDirName(id), 0, false)
 	if errors.Is(err, fs.ErrNotExist) {
 		return 0, false, nil
@@ -36,7 +44,7 @@ func Newest(root string, id int) (nodeid.Version, bool, error) {
 		return 0, false, err
 	}
 	for _, v := range vs {
-		e, err := inspect(node.f, versionDirName(v), v, Cluster{})
+		e, err := inspect(node.f, versionDirName(v), v, c)
 		e.close()
 		switch {
 		case err != nil:

@@ -6,11 +6,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/nodeid/nodeid/nodeid"
 )
@@ -150,6 +153,61 @@ func writeInProgress(dir *os.File, v nodeid.Version, c Cluster, replace bool) er
 	return createFile(dir, PreparingName, b)
 }
 
+// onlyInProgress reports whether the in-progress file is the only entry of
+// dir and holds nothing (a crash between its creation and its write) or
+// names cluster c (for any version). Such a directory holds no data: no
+// copy starts before the in-progress file is written and fsynced. lone is
+// the file, for the removal to check that it is still the one judged.
+func onlyInProgress(dir *os.File, c Cluster) (lone unix.Stat_t, ok bool, err error) {
+	d, err := openDirAt(dir, ".")
+	if err != nil {
+		return lone, false, fmt.Errorf("datadir: %w", err)
+	}
+	names, err := d.Readdirnames(2)
+	d.Close()
+	if err != nil && err != io.EOF {
+		return lone, false, fmt.Errorf("datadir: %w", err)
+	}
+	if len(names) != 1 || names[0] != PreparingName {
+		return lone, false, nil
+	}
+	switch err := fstatat(int(dir.Fd()), PreparingName, &lone); {
+	case errors.Is(err, fs.ErrNotExist):
+		return lone, false, nil
+	case err != nil:
+		return lone, false, fmt.Errorf("datadir: %w", err)
+	}
+	if lone.Mode&unix.S_IFMT != unix.S_IFREG {
+		return lone, false, nil
+	}
+	if lone.Size == 0 {
+		return lone, true, nil
+	}
+	b, err := readSmallFileAt(dir, PreparingName)
+	switch {
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, errBadFile):
+		return lone, false, nil
+	case err != nil:
+		return lone, false, fmt.Errorf("datadir: %w", err)
+	}
+	ip, ok := parseInProgress(b)
+	return lone, ok && ip.Bucket == c.Bucket && ip.Prefix == c.Prefix && int64(len(b)) == lone.Size, nil
+}
+
+// parseInProgress parses an in-progress file; ok is false unless every
+// field is present.
+func parseInProgress(b []byte) (ip inProgress, ok bool) {
+	var w struct {
+		Version *nodeid.Version `json:"version"`
+		Bucket  *string         `json:"bucket"`
+		Prefix  *string         `json:"prefix"`
+	}
+	if decodeStrict(b, &w) != nil || w.Version == nil || w.Bucket == nil || w.Prefix == nil {
+		return inProgress{}, false
+	}
+	return inProgress{Version: *w.Version, Bucket: *w.Bucket, Prefix: *w.Prefix}, true
+}
+
 // ownLeftover reports whether dir holds an in-progress file naming version v
 // and cluster c. Only an I/O error is an error: a missing or unreadable file
 // just does not prove anything.
@@ -161,13 +219,6 @@ func ownLeftover(dir *os.File, v nodeid.Version, c Cluster) (bool, error) {
 	case err != nil:
 		return false, fmt.Errorf("datadir: %w", err)
 	}
-	var w struct {
-		Version *nodeid.Version `json:"version"`
-		Bucket  *string         `json:"bucket"`
-		Prefix  *string         `json:"prefix"`
-	}
-	if decodeStrict(b, &w) != nil || w.Version == nil || w.Bucket == nil || w.Prefix == nil {
-		return false, nil
-	}
-	return *w.Version == v && *w.Bucket == c.Bucket && *w.Prefix == c.Prefix, nil
+	ip, ok := parseInProgress(b)
+	return ok && ip.Version == v && ip.Bucket == c.Bucket && ip.Prefix == c.Prefix, nil
 }

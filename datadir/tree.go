@@ -51,9 +51,27 @@ type tree struct {
 	errMu sync.Mutex
 	err   error // the first error of a concurrent copy or link
 
+	// Copied files with several names in the source, by source inode: the
+	// first target name, so that later names become links to it (cp -a).
+	// Only the walking goroutine uses the map.
+	copies map[inodeKey]*firstCopy
+	held   []*os.File // target directories that firstCopy entries name, closed at the end
+	heldOf *os.File   // the directory the last of held duplicates
+
 	filesCopied, bytesCopied atomic.Int64
 	filesLinked, bytesLinked atomic.Int64
 	symlinks, skipped        atomic.Int64
+}
+
+type inodeKey struct{ dev, ino uint64 }
+
+// firstCopy is the first target name of a copied multi-name source file;
+// done is closed once its copy has ended, err is its result.
+type firstCopy struct {
+	dir  *os.File
+	name string
+	done chan struct{}
+	err  error
 }
 
 // action is what happens to one entry of the source tree. Copy and
@@ -70,7 +88,10 @@ const (
 	actCopy
 )
 
-func (t *tree) classify(rel string, mode fs.FileMode) action {
+// nlink is the source's link count: after an ungraceful takeover a file
+// with another name is copied even if this name is immutable, since a stale
+// holder may write it through the other name (perhaps outside the source).
+func (t *tree) classify(rel string, mode fs.FileMode, nlink uint64) action {
 	switch {
 	case rel == MarkerName || rel == PreparingName:
 		// The target gets its own, and a stale in-progress file in a valid
@@ -84,7 +105,7 @@ func (t *tree) classify(rel string, mode fs.FileMode) action {
 		return actSymlink
 	case !mode.IsRegular():
 		return actSpecial
-	case t.cfg.graceful || matchAny(t.cfg.immutable, rel):
+	case t.cfg.graceful || nlink == 1 && matchAny(t.cfg.immutable, rel):
 		// Safe to share: nobody writes the source file any more.
 		return actLink
 	}
@@ -97,6 +118,12 @@ func (t *tree) copyAndValidate(res *Result) (err error) {
 	}
 	defer t.srcRoot.Close()
 	t.sem = make(chan struct{}, t.cfg.workers)
+	t.copies = map[inodeKey]*firstCopy{}
+	defer func() {
+		for _, d := range t.held {
+			d.Close()
+		}
+	}()
 
 	stop := t.logProgress()
 	err = t.copyTop()
@@ -156,7 +183,7 @@ func (t *tree) copyDir(src, dst *os.File, rel string) (err error) {
 			return err
 		}
 		mode := modeOf(&st)
-		act := t.classify(crel, mode)
+		act := t.classify(crel, mode, uint64(st.Nlink))
 		switch act {
 		case actSkip:
 			t.skipped.Add(1)
@@ -168,7 +195,7 @@ func (t *tree) copyDir(src, dst *os.File, rel string) (err error) {
 				return err
 			}
 		case actSymlink:
-			if err := t.copySymlink(src, dst, name, crel); err != nil {
+			if err := t.copySymlink(src, dst, name, crel, &st); err != nil {
 				return err
 			}
 		case actLink, actCopy:
@@ -176,8 +203,13 @@ func (t *tree) copyDir(src, dst *os.File, rel string) (err error) {
 				testHookFile(crel)
 			}
 			do := func() error { return t.copyFile(src, dst, name, crel) }
-			if act == actLink {
+			switch {
+			case act == actLink:
 				do = func() error { return t.link(src, dst, name, crel, st.Size) }
+			case st.Nlink > 1:
+				if do, err = t.copyMultiName(dst, name, crel, &st, do); err != nil {
+					return err
+				}
 			}
 			if t.cfg.workers == 1 {
 				if err := do(); err != nil {
@@ -195,6 +227,43 @@ func (t *tree) copyDir(src, dst *os.File, rel string) (err error) {
 		}
 	}
 	return nil
+}
+
+// copyMultiName keeps the source's hard links among copies: the first name
+// of a source inode is copied (copy), later ones are linked to that copy
+// once it is done.
+func (t *tree) copyMultiName(dst *os.File, name, rel string, st *unix.Stat_t, copyFn func() error) (func() error, error) {
+	k := inodeKey{uint64(st.Dev), uint64(st.Ino)}
+	if f, ok := t.copies[k]; ok {
+		return func() error {
+			<-f.done
+			if f.err != nil {
+				return f.err
+			}
+			if err := unix.Linkat(int(f.dir.Fd()), f.name, int(dst.Fd()), name, 0); err != nil {
+				return &os.LinkError{Op: "linkat", Old: path.Join(f.dir.Name(), f.name), New: path.Join(t.dst, rel), Err: err}
+			}
+			t.filesCopied.Add(1) // a name of a copied file; its bytes are counted once
+			return nil
+		}, nil
+	}
+	// dst is closed when its walk ends; the later names may be elsewhere.
+	if t.heldOf != dst {
+		fd, err := unix.FcntlInt(dst.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			return nil, &os.PathError{Op: "fcntl", Path: dst.Name(), Err: err}
+		}
+		t.held = append(t.held, os.NewFile(uintptr(fd), dst.Name()))
+		t.heldOf = dst
+	}
+	dir := t.held[len(t.held)-1]
+	f := &firstCopy{dir: dir, name: name, done: make(chan struct{})}
+	t.copies[k] = f
+	return func() error {
+		f.err = copyFn()
+		close(f.done)
+		return f.err
+	}, nil
 }
 
 func (t *tree) firstErr() error {
@@ -240,8 +309,9 @@ func (t *tree) copySubdir(src, dst *os.File, name, rel string, st *unix.Stat_t) 
 	return nil
 }
 
-// copySymlink recreates a symlink after checking that it stays inside.
-func (t *tree) copySymlink(src, dst *os.File, name, rel string) error {
+// copySymlink recreates a symlink after checking that it stays inside, with
+// the times of the source link (st), as cp -a does.
+func (t *tree) copySymlink(src, dst *os.File, name, rel string, st *unix.Stat_t) error {
 	target, err := readlinkat(int(src.Fd()), name)
 	if err != nil {
 		return err
@@ -253,7 +323,7 @@ func (t *tree) copySymlink(src, dst *os.File, name, rel string) error {
 		return &os.PathError{Op: "symlinkat", Path: path.Join(t.dst, rel), Err: err}
 	}
 	t.symlinks.Add(1)
-	return nil
+	return setTimes(dst, name, st)
 }
 
 // copyFile copies a regular file: copy_file_range(2) through
@@ -419,7 +489,9 @@ func (t *tree) validateDir(src, dst *os.File, dir string) error {
 		bad := func(format string, args ...any) error {
 			return fmt.Errorf("%w: %s: %s", ErrValidation, rel, fmt.Sprintf(format, args...))
 		}
-		act := t.classify(rel, e.Type())
+		// nlink 1: the link count now includes our own link (and so says
+		// nothing); whether a file was linked or copied is decided below.
+		act := t.classify(rel, e.Type(), 1)
 		if act == actSkip || act == actSpecial {
 			continue
 		}
@@ -437,6 +509,9 @@ func (t *tree) validateDir(src, dst *os.File, dir string) error {
 			return bad("file type %#o in the target, %#o in the source", dt, st)
 		}
 		sameInode := ss.Dev == ds.Dev && ss.Ino == ds.Ino
+		if act == actLink && !t.cfg.graceful && !sameInode && ss.Nlink > 1 {
+			act = actCopy // an immutable name of a file with other names: copied
+		}
 		switch act {
 		case actDir:
 			if err := t.validateSubdir(src, dst, name, rel); err != nil {
@@ -462,6 +537,11 @@ func (t *tree) validateDir(src, dst *os.File, dir string) error {
 		case actLink:
 			if !sameInode {
 				return bad("not a hard link to the source")
+			}
+			// Linked with one name in the source, plus ours: another name
+			// appeared since, through which a stale holder may write.
+			if !t.cfg.graceful && ss.Nlink > 2 {
+				return bad("linked, but the source file has %d names now", ss.Nlink)
 			}
 		case actCopy:
 			if sameInode {

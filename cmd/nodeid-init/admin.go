@@ -90,7 +90,7 @@ func cmdRelease(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if s.dataRoot != "" {
 		// The newest complete data directory must not be above the version
 		// released: its successor would start from older data, or refuse.
-		newest, found, err := datadir.Newest(s.dataRoot, node)
+		newest, found, err := datadir.Newest(s.dataRoot, node, datadir.Cluster{Bucket: s.bucket, Prefix: s.prefix})
 		if err != nil {
 			return usagef("data root %s: %v", s.dataRoot, err)
 		}

@@ -107,7 +107,7 @@ var options = []option{
 		s.dataRoot = v
 		return nil
 	}},
-	{"keep-versions", "NODEID_KEEP_VERSIONS", "2", "valid data directory versions kept besides the current one", func(s *settings, v string) error {
+	{"keep-versions", "NODEID_KEEP_VERSIONS", "2", "valid data directory versions kept, the current one included (1: only the current one)", func(s *settings, v string) error {
 		return parseInt(v, 1, &s.keepVersions)
 	}},
 	{"immutable", "NODEID_IMMUTABLE", "", "comma-separated patterns of files never modified once written (hard-linked even after a crash), e.g. snapshots/**", func(s *settings, v string) error {
