@@ -1,0 +1,63 @@
+package nodeid_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/nodeid/nodeid/faultproxy"
+	"github.com/nodeid/nodeid/internal/s3test"
+)
+
+// Schedule (invariants 1 and 4): the hand-off carries no lease duration,
+// and the adopter credits a landed write of its predecessor with its OWN
+// validity.
+//
+//	`acquire` runs with L = 4 s (m = 0.8 s), `renew` with L = 12 s
+//	(m = 2.4 s): NODEID_LEASE_DURATION set on one container only, or an
+//	embedded provider adopting with its own Config.
+//	t=0     acquire takes node 0; its body says leaseDurationMs = 4000.
+//	t=1     its renewal W (nonce n, leaseDurationMs = 4000) lands; the
+//	        answer is lost. HandOff: ETag of t=0, pending {n, sent t=1},
+//	        deadline t=3.2.
+//	t~2     renew adopts: If-Match ETag(t=0) -> 412 -> GET shows nonce n,
+//	        ours -> renewed(sent = 1): deadline = 1 + 12 - 2.4 = t=10.6,
+//	        though W told every candidate "4 s".
+//	t~2+    renew cannot reach S3 (partition): no later write.
+//	t~5..6  a spare with L = 4 s judges W expired (Date - LM >= 5 s, or 4 s
+//	        unchanged) and takes node 0 v2.
+//
+// Both are valid until t = 10.6.
+func TestReview2AdopterCreditsItsPredecessorsWriteWithItsOwnLeaseDuration(t *testing.T) {
+	forEachServer(t, func(t *testing.T, srv *s3test.Server) {
+		proxy := startProxy(t, srv)
+		acqCfg := review2Timing(fastConfig(t, "task-1", 1, newLossRecorder()), 4*time.Second, time.Second, 800*time.Millisecond, 800*time.Millisecond)
+		first := newProvider(t, newRepo(t, srv, proxy.URL), acqCfg)
+		acquire(t, first, 5*time.Second)
+		proxy.Set(faultproxy.Fault{Methods: []string{http.MethodPut}, DropResponse: true})
+		waitFor(t, 3*time.Second, "a renewal whose answer was dropped", func() bool { return proxy.Stats().Dropped >= 1 })
+		h, err := first.HandOff(context.Background())
+		if err != nil {
+			t.Fatalf("hand-off: %v", err)
+		}
+		proxy.Pass()
+		if len(h.Pending) == 0 {
+			t.Fatalf("hand-off carries no pending renewal: %+v", h)
+		}
+
+		proxy2 := startProxy(t, srv)
+		adCfg := review2Timing(fastConfig(t, "task-1", 1, newLossRecorder()), 12*time.Second, 4*time.Second, 2400*time.Millisecond, 2*time.Second)
+		adopter := newProvider(t, newRepo(t, srv, proxy2.URL), adCfg)
+		if _, err := adopter.Adopt(context.Background(), h); err != nil {
+			t.Fatalf("adopt: %v", err)
+		}
+		proxy2.Set(faultproxy.Fault{Blackhole: true}) // the adopter loses S3
+		dl, _ := adopter.Deadline()
+		t.Logf("adopter valid for %v after adopting", time.Until(dl).Round(time.Millisecond))
+
+		spare := newProvider(t, newRepo(t, srv, ""), review2Timing(fastConfig(t, "spare", 1, newLossRecorder()), 4*time.Second, time.Second, 800*time.Millisecond, 800*time.Millisecond))
+		watchTwoHolders(t, adopter, spare, acquireAsync(spare), 20*time.Second)
+		proxy2.Pass()
+	})
+}
