@@ -117,3 +117,22 @@ func TestReview2SpareRecreatesADeletedObjectBelowTheHoldersVersion(t *testing.T)
 		}
 	})
 }
+
+// The same with an outside overwrite instead of a delete (the failure
+// table: "lease object overwritten from outside | next renewal: 412 ->
+// lost within R"): the outsider's body records no lease duration, so a
+// waiter with L = 2 s takes the ID 3 s after the overwrite, while the
+// holder (L = 18 s, R = 6 s) has not renewed yet and is valid.
+func TestReview2OverwrittenObjectOfALongerLeaseIsTakenWhileItsHolderIsValid(t *testing.T) {
+	forEachServer(t, func(t *testing.T, srv *s3test.Server) {
+		direct := newRepo(t, srv, "")
+		hcfg := review2Timing(fastConfig(t, "holder", 1, newLossRecorder()), 18*time.Second, 6*time.Second, 3600*time.Millisecond, 2*time.Second)
+		holder := newProvider(t, direct, hcfg)
+		acquire(t, holder, 5*time.Second)
+		body, meta := foreignLease("outsider", 0, 1)
+		putRaw(t, srv, nodeid.LeaseKey(testPrefix, 0), body, meta)
+
+		spare := newProvider(t, direct, fastConfig(t, "spare", 1, newLossRecorder())) // L = 2 s
+		watchTwoHolders(t, holder, spare, acquireAsync(spare), 20*time.Second)
+	})
+}
