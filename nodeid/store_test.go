@@ -14,7 +14,7 @@ import (
 
 // Is If-Match a compare-and-swap on the stores the tests trust? Several
 // candidates PUT with If-Match on the same ETag at once; at most one may win.
-func TestReview2ConcurrentIfMatchHasOneWinner(t *testing.T) {
+func TestConcurrentIfMatchHasOneWinner(t *testing.T) {
 	forEachServer(t, func(t *testing.T, srv *s3test.Server) {
 		repo := newRepo(t, srv, "")
 		if err := nodeid.Initialize(context.Background(), repo, 1, "boot", 2*time.Second); err != nil {

@@ -28,7 +28,7 @@ import (
 // e2e/0.json. renew's next renewal gets 404, it exits 3. One second later
 // the object is still missing: the next task recreates it at
 // max(known, 1) = 1 and takes v2 again.
-func TestReview2RenewExitsBeforeRecreatingADeletedObjectAtItsVersion(t *testing.T) {
+func TestRenewRecreatesADeletedObjectAtItsVersion(t *testing.T) {
 	c := newCluster(t, s3test.StartVersity(t), 1)
 	for _, name := range []string{"a", "b"} {
 		if code := c.start(name, nil, "run", "--", "sh", "-c", "exit 0").wait(t, 20*time.Second); code != 0 {
@@ -62,7 +62,7 @@ func TestReview2RenewExitsBeforeRecreatingADeletedObjectAtItsVersion(t *testing.
 }
 
 // The same for `run`.
-func TestReview2RunExitsBeforeRecreatingADeletedObjectAtItsVersion(t *testing.T) {
+func TestRunRecreatesADeletedObjectAtItsVersion(t *testing.T) {
 	c := newCluster(t, s3test.StartVersity(t), 1)
 	for _, name := range []string{"a", "b"} {
 		if code := c.start(name, nil, "run", "--", "sh", "-c", "exit 0").wait(t, 20*time.Second); code != 0 {

@@ -64,7 +64,7 @@ func watchTwoHolders(t *testing.T, holder, spare *nodeid.Provider, got <-chan ac
 // Two tasks validly hold node 0 for about 3 s (until the holder's renewal
 // at t = 6 gets 412). With the holder unable to reach S3 (the case
 // operations.md names), the overlap lasts until its deadline, t = 14.4.
-func TestReview2DeletedObjectOfALongerLeaseIsTakenWhileItsHolderIsValid(t *testing.T) {
+func TestDeletedObjectOfALongerLeaseIsNotTakenWhileItsHolderIsValid(t *testing.T) {
 	forEachServer(t, func(t *testing.T, srv *s3test.Server) {
 		direct := newRepo(t, srv, "")
 		hcfg := review2Timing(fastConfig(t, "holder", 1, newLossRecorder()), 18*time.Second, 6*time.Second, 3600*time.Millisecond, 2*time.Second)
@@ -98,9 +98,10 @@ func TestReview2DeletedObjectOfALongerLeaseIsTakenWhileItsHolderIsValid(t *testi
 // this race most of the time, so the holder's own recreation rarely
 // happens. docs/design.md says "the holder itself, when its renewal finds
 // the object gone, recreates it first at its own version".
-func TestReview2SpareRecreatesADeletedObjectBelowTheHoldersVersion(t *testing.T) {
+func TestHolderPutsBackItsVersionOverASparesRecreation(t *testing.T) {
 	forEachServer(t, func(t *testing.T, srv *s3test.Server) {
 		direct := newRepo(t, srv, "")
+		bootstrapWithLease(t, direct, 1, 4*time.Second) // the cluster's lease: the holder's
 		cycle(t, direct, "a", 1)
 		cycle(t, direct, "b", 1)
 		hcfg := review2Timing(fastConfig(t, "holder", 1, newLossRecorder()), 4*time.Second, 1500*time.Millisecond, 800*time.Millisecond, time.Second)
@@ -123,7 +124,7 @@ func TestReview2SpareRecreatesADeletedObjectBelowTheHoldersVersion(t *testing.T)
 // lost within R"): the outsider's body records no lease duration, so a
 // waiter with L = 2 s takes the ID 3 s after the overwrite, while the
 // holder (L = 18 s, R = 6 s) has not renewed yet and is valid.
-func TestReview2OverwrittenObjectOfALongerLeaseIsTakenWhileItsHolderIsValid(t *testing.T) {
+func TestOverwrittenObjectOfALongerLeaseIsNotTakenWhileItsHolderIsValid(t *testing.T) {
 	forEachServer(t, func(t *testing.T, srv *s3test.Server) {
 		direct := newRepo(t, srv, "")
 		hcfg := review2Timing(fastConfig(t, "holder", 1, newLossRecorder()), 18*time.Second, 6*time.Second, 3600*time.Millisecond, 2*time.Second)
