@@ -124,12 +124,13 @@ func initializeFrom(ctx context.Context, repo Repository, listing Listing, size 
 			s.fresh = s.fresh && !listing.MarkerSeen
 		}
 		var err error
-		listing, created, err = createMissing(ctx, repo, listing, missing, size, taskID, s, nonce)
+		var listed bool
+		listing, created, listed, err = createMissing(ctx, repo, listing, missing, size, taskID, s, nonce)
 		b.listing, b.created = listing, created
 		if err != nil {
 			return b, err
 		}
-		if !listing.MarkerSeen {
+		if !listing.MarkerSeen && !listed {
 			// Others may have created objects meanwhile, or the marker:
 			// look again before deciding to create it.
 			if again, err := repo.List(ctx); err == nil {
@@ -174,16 +175,27 @@ type bootstrap struct {
 }
 
 // createMissing creates the objects of missing: never-held leases if s says
-// the cluster is fresh, otherwise expiring leases of an unknown holder.
-func createMissing(ctx context.Context, repo Repository, listing Listing, missing []int, size int, taskID string, s survey, nonce func() string) (Listing, []Record, error) {
-	offset := int(taskHash(taskID) % uint32(size))
-	sort.Slice(missing, func(i, j int) bool {
-		return (missing[i]-offset+size)%size < (missing[j]-offset+size)%size
-	})
+// the cluster is fresh, otherwise expiring leases of an unknown holder. It
+// reports whether the listing it returns comes from a LIST sent after its
+// last create.
+//
+// A task starts at its own offset and goes on in ID order while its creates
+// succeed. After a 412 it lists again and goes on from a missing ID picked by
+// its task ID and the number of lists: tasks that all went on from their own
+// offsets would run into each other's objects again and again.
+func createMissing(ctx context.Context, repo Repository, listing Listing, missing []int, size int, taskID string, s survey, nonce func() string) (Listing, []Record, bool, error) {
+	start := func(offset int) {
+		sort.Slice(missing, func(i, j int) bool {
+			return (missing[i]-offset+size)%size < (missing[j]-offset+size)%size
+		})
+	}
+	start(int(taskHash(taskID) % uint32(size)))
 	var created []Record
-	for len(missing) > 0 {
+	listed := false
+	for lists := 1; len(missing) > 0; {
 		id := missing[0]
 		missing = missing[1:]
+		listed = false
 		l := Lease{
 			Writer:     taskID,
 			Instance:   NodeInstance{ID: id},
@@ -209,9 +221,9 @@ func createMissing(ctx context.Context, repo Repository, listing Listing, missin
 		case errors.Is(err, ErrPreconditionFailed) || errors.Is(err, ErrConflict):
 			again, lerr := repo.List(ctx)
 			if lerr != nil {
-				return listing, created, lerr
+				return listing, created, false, lerr
 			}
-			listing = mergeCreated(again, created)
+			listing, listed = mergeCreated(again, created), true
 			still := missingIDs(listing, size)
 			keep := missing[:0]
 			for _, m := range missing {
@@ -220,11 +232,15 @@ func createMissing(ctx context.Context, repo Repository, listing Listing, missin
 				}
 			}
 			missing = keep
+			if len(missing) > 0 {
+				start(missing[int(taskHash(fmt.Sprint(taskID, "/", lists))%uint32(len(missing)))])
+				lists++
+			}
 		default:
-			return listing, created, fmt.Errorf("initialize node %d: %w", id, err)
+			return listing, created, false, fmt.Errorf("initialize node %d: %w", id, err)
 		}
 	}
-	return mergeCreated(listing, nil), created, nil
+	return mergeCreated(listing, nil), created, listed, nil
 }
 
 // mergeCreated adds the slots of objects we created to a listing that may
