@@ -355,7 +355,11 @@ func isNoSuchBucket(err error) bool {
 // trySpread is one pass of the default strategy: one List, then the
 // candidates it shows, starting at a task-specific ID.
 func (p *Provider) trySpread(ctx context.Context) (NodeInstance, bool, bool, error) {
+	sent := p.cfg.Clock.Now()
 	listing, err := p.list(ctx)
+	if err == nil {
+		listing, err = p.awaitBootstrap(ctx, listing, p.cfg.Clock.Now().Sub(sent))
+	}
 	var created []Record
 	if err == nil && (!listing.MarkerSeen || len(missingIDs(listing, p.cfg.ClusterSize)) > 0) {
 		// First start of the cluster, a scale-up, or a deleted object.
@@ -384,6 +388,43 @@ func (p *Provider) trySpread(ctx context.Context) (NodeInstance, bool, bool, err
 	}
 	inst, ok, stale := p.tryListing(ctx, listing, created)
 	return inst, ok, stale, nil
+}
+
+// awaitBootstrap waits for the cluster marker while the listing shows a
+// cluster being created by others: objects missing and no marker. Going on
+// from such a listing would read every object to judge the cluster fresh
+// (surveyLeases), one GET per object, and race the creators for the last
+// objects, while they need only a few more round trips. It reads the marker,
+// which the acquisition needs anyway, after pauses as long as the last
+// request took, at most ClusterSize times (about as long as one task alone
+// would take to create every object), then lists again. It only delays:
+// what follows is decided from the new listing as before.
+func (p *Provider) awaitBootstrap(ctx context.Context, listing Listing, rtt time.Duration) (Listing, error) {
+	if listing.MarkerSeen || len(listing.Slots) == 0 || len(missingIDs(listing, p.cfg.ClusterSize)) == 0 {
+		return listing, nil
+	}
+	pause := p.cfg.Clock.NewTimer(time.Hour)
+	defer pause.Stop()
+	for range p.cfg.ClusterSize {
+		pause.Reset(rtt)
+		select {
+		case <-pause.C():
+		case <-ctx.Done():
+			return listing, ctx.Err()
+		}
+		sent := p.cfg.Clock.Now()
+		gctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
+		m, err := p.repo.Marker(gctx)
+		cancel()
+		rtt = p.cfg.Clock.Now().Sub(sent)
+		if err == nil {
+			p.marker = &m
+		}
+		if !errors.Is(err, ErrNotFound) {
+			break
+		}
+	}
+	return p.list(ctx)
 }
 
 // list and get bound one request made while acquiring: the repository may
