@@ -483,7 +483,7 @@ func (p *Provider) trySequential(ctx context.Context) (NodeInstance, bool, error
 // ETag are known, and the conditional PUT fails harmlessly if they changed
 // meanwhile.
 func (p *Provider) tryListing(ctx context.Context, listing Listing, created []Record) (inst NodeInstance, ok, stale bool) {
-	for _, slot := range p.candidates(listing) {
+	for _, slot := range p.candidates(listing, created) {
 		var rec Record
 		var err error
 		if i := slices.IndexFunc(created, func(r Record) bool { return r.ID == slot.ID && r.ETag == slot.ETag }); i >= 0 {
@@ -517,10 +517,12 @@ func (p *Provider) tryListing(ctx context.Context, listing Listing, created []Re
 }
 
 // candidates returns the allowed slots that may be free by the listing alone,
-// starting with a task-specific slot (so tasks starting together spread over
-// the IDs instead of all racing for ID 0), then released ones, then the
-// rest, each group in random order.
-func (p *Provider) candidates(listing Listing) []Slot {
+// starting with the objects this task has just created (each object has one
+// creator, so creators that take their own do not collide), else with a
+// task-specific slot (so tasks starting together spread over the IDs instead
+// of all racing for ID 0), then released ones, then the rest, each group in
+// random order.
+func (p *Provider) candidates(listing Listing, created []Record) []Slot {
 	allowed := p.allowedIDs()
 	if len(allowed) == 0 {
 		return nil
@@ -529,13 +531,18 @@ func (p *Provider) candidates(listing Listing) []Slot {
 	now := p.cfg.Clock.Now()
 
 	var first, released, expired []Slot
+	for _, c := range created {
+		if slot, ok := listing.Slot(c.ID); ok && slot.ETag == c.ETag && slices.Contains(allowed, c.ID) {
+			first = append(first, slot)
+		}
+	}
 	for i := range allowed {
 		slot, ok := listing.Slot(allowed[(offset+i)%len(allowed)])
-		if !ok {
+		if !ok || slices.ContainsFunc(first, func(f Slot) bool { return f.ID == slot.ID }) {
 			continue
 		}
 		switch {
-		case i == 0 && (sizeSuggestsReleased(slot.Size) || p.expiredByListing(slot, listing.ServerDate, now)):
+		case i == 0 && len(created) == 0 && (sizeSuggestsReleased(slot.Size) || p.expiredByListing(slot, listing.ServerDate, now)):
 			first = append(first, slot)
 		case sizeSuggestsReleased(slot.Size):
 			released = append(released, slot)
