@@ -357,15 +357,21 @@ func isNoSuchBucket(err error) bool {
 func (p *Provider) trySpread(ctx context.Context) (NodeInstance, bool, bool, error) {
 	sent := p.cfg.Clock.Now()
 	listing, err := p.list(ctx)
+	rtt := p.cfg.Clock.Now().Sub(sent)
 	if err == nil {
-		listing, err = p.awaitBootstrap(ctx, listing, p.cfg.Clock.Now().Sub(sent))
+		listing, err = p.awaitBootstrap(ctx, listing, rtt)
 	}
 	var created []Record
 	if err == nil && (!listing.MarkerSeen || len(missingIDs(listing, p.cfg.ClusterSize)) > 0) {
 		// First start of the cluster, a scale-up, or a deleted object.
 		ictx, cancel := context.WithTimeout(ctx, time.Duration(p.cfg.ClusterSize+4)*p.cfg.RequestTimeout)
 		var b bootstrap
-		b, err = initializeFrom(ictx, p.repo, listing, p.cfg.ClusterSize, p.cfg.TaskID, p.cfg.LeaseDuration, p.nonce)
+		// While others create faster than what is left, read the marker a
+		// few times (a cheap GET) rather than race them (a create and a LIST
+		// per lost race).
+		b, err = initializeFrom(ictx, p.repo, listing, p.cfg.ClusterSize, p.cfg.TaskID, p.cfg.LeaseDuration, p.nonce, func(ctx context.Context) bool {
+			return p.pollMarker(ctx, rtt, 3)
+		})
 		cancel()
 		listing, created = b.listing, b.created
 		if b.marker != nil {
@@ -403,14 +409,24 @@ func (p *Provider) awaitBootstrap(ctx context.Context, listing Listing, rtt time
 	if listing.MarkerSeen || len(listing.Slots) == 0 || len(missingIDs(listing, p.cfg.ClusterSize)) == 0 {
 		return listing, nil
 	}
+	p.pollMarker(ctx, rtt, p.cfg.ClusterSize)
+	if err := ctx.Err(); err != nil {
+		return listing, err
+	}
+	return p.list(ctx)
+}
+
+// pollMarker reads the cluster marker up to n times, each after a pause as
+// long as the last request took, and reports whether it found it.
+func (p *Provider) pollMarker(ctx context.Context, rtt time.Duration, n int) bool {
 	pause := p.cfg.Clock.NewTimer(time.Hour)
 	defer pause.Stop()
-	for range p.cfg.ClusterSize {
+	for range n {
 		pause.Reset(rtt)
 		select {
 		case <-pause.C():
 		case <-ctx.Done():
-			return listing, ctx.Err()
+			return false
 		}
 		sent := p.cfg.Clock.Now()
 		gctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
@@ -419,12 +435,13 @@ func (p *Provider) awaitBootstrap(ctx context.Context, listing Listing, rtt time
 		rtt = p.cfg.Clock.Now().Sub(sent)
 		if err == nil {
 			p.marker = &m
+			return true
 		}
 		if !errors.Is(err, ErrNotFound) {
-			break
+			return false
 		}
 	}
-	return p.list(ctx)
+	return false
 }
 
 // list and get bound one request made while acquiring: the repository may

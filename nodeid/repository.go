@@ -98,7 +98,7 @@ func Initialize(ctx context.Context, repo Repository, size int, taskID string, l
 	if err != nil {
 		return err
 	}
-	_, err = initializeFrom(ctx, repo, listing, size, taskID, leaseDuration, newNonce)
+	_, err = initializeFrom(ctx, repo, listing, size, taskID, leaseDuration, newNonce, nil)
 	return err
 }
 
@@ -107,7 +107,7 @@ func Initialize(ctx context.Context, repo Repository, size int, taskID string, l
 // when a create finds the object made by someone else, it lists again, so
 // tasks that bootstrap together share the work instead of each trying every
 // ID.
-func initializeFrom(ctx context.Context, repo Repository, listing Listing, size int, taskID string, leaseDuration time.Duration, nonce func() string) (bootstrap, error) {
+func initializeFrom(ctx context.Context, repo Repository, listing Listing, size int, taskID string, leaseDuration time.Duration, nonce func() string, wait func(context.Context) bool) (bootstrap, error) {
 	b := bootstrap{listing: listing}
 	missing := missingIDs(listing, size)
 	if len(missing) == 0 && listing.MarkerSeen {
@@ -125,7 +125,7 @@ func initializeFrom(ctx context.Context, repo Repository, listing Listing, size 
 		}
 		var err error
 		var listed bool
-		listing, created, listed, err = createMissing(ctx, repo, listing, missing, size, taskID, s, nonce)
+		listing, created, listed, err = createMissing(ctx, repo, listing, missing, size, taskID, s, nonce, wait)
 		b.listing, b.created = listing, created
 		if err != nil {
 			return b, err
@@ -183,7 +183,15 @@ type bootstrap struct {
 // succeed. After a 412 it lists again and goes on from a missing ID picked by
 // its task ID and the number of lists: tasks that all went on from their own
 // offsets would run into each other's objects again and again.
-func createMissing(ctx context.Context, repo Repository, listing Listing, missing []int, size int, taskID string, s survey, nonce func() string) (Listing, []Record, bool, error) {
+//
+// With wait set (an acquisition), a task whose relist shows that others
+// created more of its missing objects since its last look than are still
+// missing lets them finish instead of racing them for the last ones: wait
+// reads the cluster marker for a while and reports whether it exists (then
+// every object did when it was made, and nothing is left to create). Else the
+// task lists again, and goes on creating once the others stop gaining. This
+// only delays creates; what a create writes is decided as before.
+func createMissing(ctx context.Context, repo Repository, listing Listing, missing []int, size int, taskID string, s survey, nonce func() string, wait func(context.Context) bool) (Listing, []Record, bool, error) {
 	start := func(offset int) {
 		sort.Slice(missing, func(i, j int) bool {
 			return (missing[i]-offset+size)%size < (missing[j]-offset+size)%size
@@ -192,6 +200,23 @@ func createMissing(ctx context.Context, repo Repository, listing Listing, missin
 	start(int(taskHash(taskID) % uint32(size)))
 	var created []Record
 	listed := false
+	relist := func() (int, error) {
+		again, err := repo.List(ctx)
+		if err != nil {
+			return 0, err
+		}
+		listing, listed = mergeCreated(again, created), true
+		still := missingIDs(listing, size)
+		before := len(missing)
+		keep := missing[:0]
+		for _, m := range missing {
+			if slices.Contains(still, m) {
+				keep = append(keep, m)
+			}
+		}
+		missing = keep
+		return before - len(missing), nil
+	}
 	for lists := 1; len(missing) > 0; {
 		id := missing[0]
 		missing = missing[1:]
@@ -219,19 +244,19 @@ func createMissing(ctx context.Context, repo Repository, listing Listing, missin
 			created = append(created, rec)
 			listing.Slots = append(listing.Slots, rec.Slot)
 		case errors.Is(err, ErrPreconditionFailed) || errors.Is(err, ErrConflict):
-			again, lerr := repo.List(ctx)
+			grown, lerr := relist()
 			if lerr != nil {
 				return listing, created, false, lerr
 			}
-			listing, listed = mergeCreated(again, created), true
-			still := missingIDs(listing, size)
-			keep := missing[:0]
-			for _, m := range missing {
-				if slices.Contains(still, m) {
-					keep = append(keep, m)
+			for wait != nil && len(missing) > 0 && grown >= len(missing) {
+				if wait(ctx) {
+					listing.MarkerSeen = true
+					return listing, created, listed, nil
+				}
+				if grown, lerr = relist(); lerr != nil {
+					return listing, created, false, lerr
 				}
 			}
-			missing = keep
 			if len(missing) > 0 {
 				start(missing[int(taskHash(fmt.Sprint(taskID, "/", lists))%uint32(len(missing)))])
 				lists++
@@ -283,7 +308,7 @@ func scale(ctx context.Context, repo Repository, size int, taskID string, leaseD
 	if err != nil {
 		return err
 	}
-	if _, err := initializeFrom(ctx, repo, listing, size, taskID, leaseDuration, nonce); err != nil {
+	if _, err := initializeFrom(ctx, repo, listing, size, taskID, leaseDuration, nonce, nil); err != nil {
 		return err
 	}
 	listing, err = repo.List(ctx)
