@@ -401,10 +401,10 @@ func (p *Provider) trySpread(ctx context.Context) (NodeInstance, bool, bool, err
 // from such a listing would read every object to judge the cluster fresh
 // (surveyLeases), one GET per object, and race the creators for the last
 // objects, while they need only a few more round trips. It reads the marker,
-// which the acquisition needs anyway, after pauses as long as the last
-// request took, at most ClusterSize times (about as long as one task alone
-// would take to create every object), then lists again. It only delays:
-// what follows is decided from the new listing as before.
+// which the acquisition needs anyway, at most ClusterSize times (pollMarker;
+// about as long as one task alone would take to create every object), then
+// lists again. It only delays: what follows is decided from the new listing
+// as before.
 func (p *Provider) awaitBootstrap(ctx context.Context, listing Listing, rtt time.Duration) (Listing, error) {
 	if listing.MarkerSeen || len(listing.Slots) == 0 || len(missingIDs(listing, p.cfg.ClusterSize)) == 0 {
 		return listing, nil
@@ -416,13 +416,14 @@ func (p *Provider) awaitBootstrap(ctx context.Context, listing Listing, rtt time
 	return p.list(ctx)
 }
 
-// pollMarker reads the cluster marker up to n times, each after a pause as
-// long as the last request took, and reports whether it found it.
+// pollMarker reads the cluster marker up to n times, each after a pause of
+// twice the last request's round trip (shorter pauses mostly add 404s), and
+// reports whether it found it.
 func (p *Provider) pollMarker(ctx context.Context, rtt time.Duration, n int) bool {
 	pause := p.cfg.Clock.NewTimer(time.Hour)
 	defer pause.Stop()
 	for range n {
-		pause.Reset(rtt)
+		pause.Reset(2 * rtt)
 		select {
 		case <-pause.C():
 		case <-ctx.Done():
