@@ -41,9 +41,9 @@ lint:
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 
-## bench: acquisition storm against the anchor's strategy, handover, failover, loss
-## detection and steady-state cost on a loopback VersityGW (about 8 min); prints a
-## table and writes docs/benchmarks.md
+## bench: acquisition storm against the anchor's strategy (also with 20-40 ms per
+## request), handover, failover, loss detection and steady-state cost on a loopback
+## VersityGW (about 9 min); prints a table and writes docs/benchmarks.md
 bench: versitygw
 	$(GO) run ./bench/cmd/bench -reps 5 -out docs/benchmarks.md
 

@@ -345,13 +345,23 @@ func isNoSuchBucket(err error) bool {
 // trySpread is one pass of the default strategy: one List, then the
 // candidates it shows, starting at a task-specific ID.
 func (p *Provider) trySpread(ctx context.Context) (NodeInstance, bool, bool, error) {
+	sent := p.cfg.Clock.Now()
 	listing, err := p.list(ctx)
+	rtt := p.cfg.Clock.Now().Sub(sent)
+	if err == nil {
+		listing, err = p.awaitBootstrap(ctx, listing, rtt)
+	}
 	var created []Record
 	if err == nil && (!listing.MarkerSeen || len(missingIDs(listing, p.cfg.ClusterSize)) > 0) {
 		// First start of the cluster, a scale-up, or a deleted object.
 		ictx, cancel := context.WithTimeout(ctx, time.Duration(p.cfg.ClusterSize+4)*p.cfg.RequestTimeout)
 		var b bootstrap
-		b, err = initializeFrom(ictx, p.repo, listing, p.cfg.ClusterSize, p.cfg.TaskID, p.cfg.LeaseDuration, p.nonce)
+		// While others create faster than what is left, read the marker a
+		// few times (a cheap GET) rather than race them (a create and a LIST
+		// per lost race).
+		b, err = initializeFrom(ictx, p.repo, listing, p.cfg.ClusterSize, p.cfg.TaskID, p.cfg.LeaseDuration, p.nonce, func(ctx context.Context) bool {
+			return p.pollMarker(ctx, rtt, 3)
+		})
 		cancel()
 		// A marker we created ourselves is read back when needed: only the
 		// server knows its Last-Modified, which the freshness proof needs.
@@ -376,6 +386,55 @@ func (p *Provider) trySpread(ctx context.Context) (NodeInstance, bool, bool, err
 	}
 	inst, ok, stale := p.tryListing(ctx, listing, created)
 	return inst, ok, stale, nil
+}
+
+// awaitBootstrap waits for the cluster marker while the listing shows a
+// cluster being created by others: objects missing and no marker. Going on
+// from such a listing would read every object to judge the cluster fresh
+// (surveyLeases), one GET per object, and race the creators for the last
+// objects, while they need only a few more round trips. It reads the marker,
+// which the acquisition needs anyway, at most ClusterSize times (pollMarker;
+// about as long as one task alone would take to create every object), then
+// lists again. It only delays: what follows is decided from the new listing
+// as before.
+func (p *Provider) awaitBootstrap(ctx context.Context, listing Listing, rtt time.Duration) (Listing, error) {
+	if listing.MarkerSeen || len(listing.Slots) == 0 || len(missingIDs(listing, p.cfg.ClusterSize)) == 0 {
+		return listing, nil
+	}
+	p.pollMarker(ctx, rtt, p.cfg.ClusterSize)
+	if err := ctx.Err(); err != nil {
+		return listing, err
+	}
+	return p.list(ctx)
+}
+
+// pollMarker reads the cluster marker up to n times, each after a pause of
+// twice the last request's round trip (shorter pauses mostly add 404s), and
+// reports whether it found it.
+func (p *Provider) pollMarker(ctx context.Context, rtt time.Duration, n int) bool {
+	pause := p.cfg.Clock.NewTimer(time.Hour)
+	defer pause.Stop()
+	for range n {
+		pause.Reset(2 * rtt)
+		select {
+		case <-pause.C():
+		case <-ctx.Done():
+			return false
+		}
+		sent := p.cfg.Clock.Now()
+		gctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
+		m, err := p.repo.Marker(gctx)
+		cancel()
+		rtt = p.cfg.Clock.Now().Sub(sent)
+		if err == nil {
+			p.marker = &m
+			return true
+		}
+		if !errors.Is(err, ErrNotFound) {
+			return false
+		}
+	}
+	return false
 }
 
 // list and get bound one request made while acquiring: the repository may
@@ -437,7 +496,7 @@ func (p *Provider) trySequential(ctx context.Context) (NodeInstance, bool, error
 // ETag are known, and the conditional PUT fails harmlessly if they changed
 // meanwhile.
 func (p *Provider) tryListing(ctx context.Context, listing Listing, created []Record) (inst NodeInstance, ok, stale bool) {
-	for _, slot := range p.candidates(listing) {
+	for _, slot := range p.candidates(listing, created) {
 		var rec Record
 		var err error
 		if i := slices.IndexFunc(created, func(r Record) bool { return r.ID == slot.ID && r.ETag == slot.ETag }); i >= 0 && !slot.LastModified.IsZero() {
@@ -475,10 +534,12 @@ func (p *Provider) tryListing(ctx context.Context, listing Listing, created []Re
 }
 
 // candidates returns the allowed slots that may be free by the listing alone,
-// starting with a task-specific slot (so tasks starting together spread over
-// the IDs instead of all racing for ID 0), then released ones, then the
-// rest, each group in random order.
-func (p *Provider) candidates(listing Listing) []Slot {
+// starting with the objects this task has just created (each object has one
+// creator, so creators that take their own do not collide), else with a
+// task-specific slot (so tasks starting together spread over the IDs instead
+// of all racing for ID 0), then released ones, then the rest, each group in
+// random order.
+func (p *Provider) candidates(listing Listing, created []Record) []Slot {
 	allowed := p.allowedIDs()
 	if len(allowed) == 0 {
 		return nil
@@ -487,13 +548,18 @@ func (p *Provider) candidates(listing Listing) []Slot {
 	now := p.cfg.Clock.Now()
 
 	var first, released, expired []Slot
+	for _, c := range created {
+		if slot, ok := listing.Slot(c.ID); ok && slot.ETag == c.ETag && slices.Contains(allowed, c.ID) {
+			first = append(first, slot)
+		}
+	}
 	for i := range allowed {
 		slot, ok := listing.Slot(allowed[(offset+i)%len(allowed)])
-		if !ok {
+		if !ok || slices.ContainsFunc(first, func(f Slot) bool { return f.ID == slot.ID }) {
 			continue
 		}
 		switch {
-		case i == 0 && (sizeSuggestsReleased(slot.Size) || p.expiredByListing(slot, listing.ServerDate, now)):
+		case i == 0 && len(created) == 0 && (sizeSuggestsReleased(slot.Size) || p.expiredByListing(slot, listing.ServerDate, now)):
 			first = append(first, slot)
 		case sizeSuggestsReleased(slot.Size):
 			released = append(released, slot)

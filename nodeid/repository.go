@@ -98,7 +98,7 @@ func Initialize(ctx context.Context, repo Repository, size int, taskID string, l
 	if err != nil {
 		return err
 	}
-	_, err = initializeFrom(ctx, repo, listing, size, taskID, leaseDuration, newNonce)
+	_, err = initializeFrom(ctx, repo, listing, size, taskID, leaseDuration, newNonce, nil)
 	return err
 }
 
@@ -107,7 +107,7 @@ func Initialize(ctx context.Context, repo Repository, size int, taskID string, l
 // when a create finds the object made by someone else, it lists again, so
 // tasks that bootstrap together share the work instead of each trying every
 // ID.
-func initializeFrom(ctx context.Context, repo Repository, listing Listing, size int, taskID string, leaseDuration time.Duration, nonce func() string) (bootstrap, error) {
+func initializeFrom(ctx context.Context, repo Repository, listing Listing, size int, taskID string, leaseDuration time.Duration, nonce func() string, wait func(context.Context) bool) (bootstrap, error) {
 	b := bootstrap{listing: listing}
 	missing := missingIDs(listing, size)
 	if len(missing) == 0 && listing.MarkerSeen {
@@ -125,12 +125,13 @@ func initializeFrom(ctx context.Context, repo Repository, listing Listing, size 
 			s.fresh = s.fresh && noMarker
 		}
 		var err error
-		listing, created, err = createMissing(ctx, repo, listing, missing, size, taskID, s, nonce)
+		var listed bool
+		listing, created, listed, err = createMissing(ctx, repo, listing, missing, size, taskID, s, nonce, wait)
 		b.listing, b.created = listing, created
 		if err != nil {
 			return b, err
 		}
-		if !listing.MarkerSeen {
+		if !listing.MarkerSeen && !listed {
 			// Others may have created objects meanwhile, or the marker:
 			// look again before deciding to create it.
 			if again, err := repo.List(ctx); err == nil {
@@ -185,16 +186,52 @@ type bootstrap struct {
 const recreatedPrefix = "recreated-by:"
 
 // createMissing creates the objects of missing: never-held leases if s says
-// the cluster is fresh, otherwise expiring leases of an unknown holder.
-func createMissing(ctx context.Context, repo Repository, listing Listing, missing []int, size int, taskID string, s survey, nonce func() string) (Listing, []Record, error) {
-	offset := int(taskHash(taskID) % uint32(size))
-	sort.Slice(missing, func(i, j int) bool {
-		return (missing[i]-offset+size)%size < (missing[j]-offset+size)%size
-	})
+// the cluster is fresh, otherwise expiring leases of an unknown holder. It
+// reports whether the listing it returns comes from a LIST sent after its
+// last create.
+//
+// A task starts at its own offset and goes on in ID order while its creates
+// succeed. After a 412 it lists again and goes on from a missing ID picked by
+// its task ID and the number of lists: tasks that all went on from their own
+// offsets would run into each other's objects again and again.
+//
+// With wait set (an acquisition), a task whose relist shows that others
+// created more of its missing objects since its last look than are still
+// missing lets them finish instead of racing them for the last ones: wait
+// reads the cluster marker for a while and reports whether it exists (then
+// every object did when it was made, and nothing is left to create). Else the
+// task lists again, and goes on creating once the others stop gaining. This
+// only delays creates; what a create writes is decided as before.
+func createMissing(ctx context.Context, repo Repository, listing Listing, missing []int, size int, taskID string, s survey, nonce func() string, wait func(context.Context) bool) (Listing, []Record, bool, error) {
+	start := func(offset int) {
+		sort.Slice(missing, func(i, j int) bool {
+			return (missing[i]-offset+size)%size < (missing[j]-offset+size)%size
+		})
+	}
+	start(int(taskHash(taskID) % uint32(size)))
 	var created []Record
-	for len(missing) > 0 {
+	listed := false
+	relist := func() (int, error) {
+		again, err := repo.List(ctx)
+		if err != nil {
+			return 0, err
+		}
+		listing, listed = mergeCreated(again, created), true
+		still := missingIDs(listing, size)
+		before := len(missing)
+		keep := missing[:0]
+		for _, m := range missing {
+			if slices.Contains(still, m) {
+				keep = append(keep, m)
+			}
+		}
+		missing = keep
+		return before - len(missing), nil
+	}
+	for lists := 1; len(missing) > 0; {
 		id := missing[0]
 		missing = missing[1:]
+		listed = false
 		l := Lease{
 			Writer:     taskID,
 			Instance:   NodeInstance{ID: id},
@@ -218,24 +255,28 @@ func createMissing(ctx context.Context, repo Repository, listing Listing, missin
 			created = append(created, rec)
 			listing.Slots = append(listing.Slots, rec.Slot)
 		case errors.Is(err, ErrPreconditionFailed) || errors.Is(err, ErrConflict):
-			again, lerr := repo.List(ctx)
+			grown, lerr := relist()
 			if lerr != nil {
-				return listing, created, lerr
+				return listing, created, false, lerr
 			}
-			listing = mergeCreated(again, created)
-			still := missingIDs(listing, size)
-			keep := missing[:0]
-			for _, m := range missing {
-				if slices.Contains(still, m) {
-					keep = append(keep, m)
+			for wait != nil && len(missing) > 0 && grown >= len(missing) {
+				if wait(ctx) {
+					listing.MarkerSeen = true
+					return listing, created, listed, nil
+				}
+				if grown, lerr = relist(); lerr != nil {
+					return listing, created, false, lerr
 				}
 			}
-			missing = keep
+			if len(missing) > 0 {
+				start(missing[int(taskHash(fmt.Sprint(taskID, "/", lists))%uint32(len(missing)))])
+				lists++
+			}
 		default:
-			return listing, created, fmt.Errorf("initialize node %d: %w", id, err)
+			return listing, created, false, fmt.Errorf("initialize node %d: %w", id, err)
 		}
 	}
-	return mergeCreated(listing, nil), created, nil
+	return mergeCreated(listing, nil), created, listed, nil
 }
 
 // mergeCreated adds the slots of objects we created to a listing that may
@@ -278,7 +319,7 @@ func scale(ctx context.Context, repo Repository, size int, taskID string, leaseD
 	if err != nil {
 		return err
 	}
-	if _, err := initializeFrom(ctx, repo, listing, size, taskID, leaseDuration, nonce); err != nil {
+	if _, err := initializeFrom(ctx, repo, listing, size, taskID, leaseDuration, nonce, nil); err != nil {
 		return err
 	}
 	listing, err = repo.List(ctx)

@@ -213,6 +213,9 @@ func (g *Gateway) waitReady(sentinel string) error {
 	}
 }
 
+// PID is the gateway's process ID, e.g. to read its CPU time.
+func (g *Gateway) PID() int { return g.cmd.Process.Pid }
+
 // Exited is closed when the process has exited.
 func (g *Gateway) Exited() <-chan struct{} { return g.exited }
 

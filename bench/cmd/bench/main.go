@@ -3,7 +3,8 @@
 //
 //   - acquisition storm: N tasks start at once for N IDs, in-process, with
 //     the default strategy and with the anchor's sequential strategy, from
-//     an empty and from a bootstrapped bucket;
+//     an empty and from a bootstrapped bucket, on loopback and (for some N)
+//     with 20-40 ms added to every request;
 //   - graceful handover, crash failover, loss detection (outside overwrite,
 //     S3 blackhole) with nodeid-init processes;
 //   - steady-state cost of an idle `nodeid-init run`: requests, price,
@@ -11,7 +12,7 @@
 //
 // Usage:
 //
-//	go run ./bench/cmd/bench [-reps 5] [-quick] [-out docs/benchmarks.md]
+//	go run ./bench/cmd/bench [-reps 5] [-quick] [-sizes 10,50,100] [-aws-like-sizes 10,50] [-out docs/benchmarks.md]
 //
 // Every wait is bounded and every process it starts dies with it
 // (Pdeathsig), so it is safe on a shared machine.
@@ -26,6 +27,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -39,6 +41,7 @@ type options struct {
 	quick          bool
 	out            string
 	sizes          []int
+	awsSizes       []int // storm sizes also run with the aws-like network
 	failoverLeases []time.Duration
 	idleWindow     time.Duration
 	stormTimeout   time.Duration
@@ -50,11 +53,12 @@ type options struct {
 
 func main() {
 	var o options
-	var sizes, skip, leases string
+	var sizes, awsSizes, skip, leases string
 	flag.IntVar(&o.reps, "reps", 5, "repetitions of every scenario")
 	flag.BoolVar(&o.quick, "quick", false, "check that the program works: 1 repetition, N = 10 only, short windows")
 	flag.StringVar(&o.out, "out", "", "write the report (Markdown) to this file, e.g. docs/benchmarks.md; it is always printed")
 	flag.StringVar(&sizes, "sizes", "10,50,100", "storm sizes N, comma-separated")
+	flag.StringVar(&awsSizes, "aws-like-sizes", "10,50", "storm sizes also run with every request delayed 20-40 ms (aws-like), comma-separated; empty: none")
 	flag.StringVar(&leases, "failover-leases", "5s,15s", "lease durations of the crash-failover scenario, comma-separated (-quick: the first only)")
 	flag.DurationVar(&o.idleWindow, "idle-window", 60*time.Second, "steady-state measurement window")
 	flag.DurationVar(&o.stormTimeout, "storm-timeout", 3*time.Minute, "acquire timeout of each storm task")
@@ -75,6 +79,16 @@ func main() {
 			fatalf("bad -sizes %q", sizes)
 		}
 		o.sizes = append(o.sizes, n)
+	}
+	for _, s := range strings.Split(awsSizes, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			fatalf("bad -aws-like-sizes %q", awsSizes)
+		}
+		o.awsSizes = append(o.awsSizes, n)
 	}
 	for _, s := range strings.Split(leases, ",") {
 		d, err := time.ParseDuration(strings.TrimSpace(s))
@@ -247,6 +261,7 @@ func repeat(ctx context.Context, o options, name string, f func() error) error {
 // stormKey names one storm configuration.
 type stormKey struct {
 	N        int
+	Net      string // netProfile.Name
 	Cold     bool
 	Strategy nodeid.AcquireStrategy
 }
@@ -257,27 +272,42 @@ var strategies = []nodeid.AcquireStrategy{nodeid.StrategySpread, nodeid.Strategy
 // the machine's load affects both alike and the ratios come from one run.
 func stormAll(ctx context.Context, g *gateway, o options, r *report) error {
 	r.storm = map[stormKey][]stormResult{}
+	var err error
+	if r.opCost, err = measureOpCost(ctx, g, 50); err != nil {
+		return fmt.Errorf("server cost per operation: %w", err)
+	}
 	for _, n := range o.sizes {
+		nets := o.netProfiles(n)
 		progress("storm N=%d: %d repetitions", n, o.reps)
 		for i := 0; i < o.reps; i++ {
-			for _, cold := range []bool{true, false} {
-				for _, s := range strategies {
-					if err := ctx.Err(); err != nil {
-						return err
+			for _, net := range nets {
+				for _, cold := range []bool{true, false} {
+					for _, s := range strategies {
+						if err := ctx.Err(); err != nil {
+							return err
+						}
+						res, err := runStorm(ctx, g, s, n, cold, net, o.stormTimeout)
+						if err != nil {
+							return fmt.Errorf("storm of %d, %s, %s, cold=%t: %w", n, net.Name, s, cold, err)
+						}
+						k := stormKey{n, net.Name, cold, s}
+						r.storm[k] = append(r.storm[k], res)
+						progress("  N=%d %-8s cold=%-5t %-10s %7.3fs %6d requests, server CPU %.2fs, %d waited a poll, slowest LIST/GET/PUT %v/%v/%v", n, net.Name, cold, s, res.Took.Seconds(), res.Total, res.ServerCPU, res.Waited,
+							res.OpWorst["LIST"].Round(time.Millisecond), res.OpWorst["GET"].Round(time.Millisecond), res.OpWorst["PUT"].Round(time.Millisecond))
 					}
-					res, err := runStorm(ctx, g, s, n, cold, o.stormTimeout)
-					if err != nil {
-						return fmt.Errorf("storm of %d, %s, cold=%t: %w", n, s, cold, err)
-					}
-					k := stormKey{n, cold, s}
-					r.storm[k] = append(r.storm[k], res)
-					progress("  N=%d cold=%-5t %-10s %7.3fs %6d requests, %d waited a poll, slowest LIST/GET/PUT %v/%v/%v", n, cold, s, res.Took.Seconds(), res.Total, res.Waited,
-						res.OpWorst["LIST"].Round(time.Millisecond), res.OpWorst["GET"].Round(time.Millisecond), res.OpWorst["PUT"].Round(time.Millisecond))
 				}
 			}
 		}
 	}
 	return nil
+}
+
+// netProfiles are the networks the storm of n tasks runs on.
+func (o options) netProfiles(n int) []netProfile {
+	if slices.Contains(o.awsSizes, n) {
+		return []netProfile{loopback, awsLike}
+	}
+	return []netProfile{loopback}
 }
 
 // loadavg is the 1-minute load average: on a shared machine it says how

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -37,6 +38,7 @@ type report struct {
 	loadStart, loadEnd string
 
 	storm     map[stormKey][]stormResult
+	opCost    opCost
 	handover  []handoverRep
 	failover  map[time.Duration][]failoverRep // by lease duration
 	overwrite []overwriteRep
@@ -66,8 +68,9 @@ func (r *report) markdown() string {
 	w("Command: `go run ./bench/cmd/bench %s` (what `make bench` runs), %s, %s in all.\n\n",
 		strings.Join(r.opts.args, " "), r.start.UTC().Format("2006-01-02 15:04 MST"), r.took.Round(time.Second))
 	w("Everything runs on one machine against VersityGW (posix backend) on loopback: the times are those of\n")
-	w("the protocol, its timers and this S3 server, not of a network or of AWS S3. Request counts do not\n")
-	w("depend on the machine; latencies and therefore storm times do.\n\n")
+	w("the protocol, its timers and this S3 server, not of AWS S3. Only the storm's *aws-like* rows add a\n")
+	w("network: 20–40 ms per request, injected by a proxy. Request counts do not depend on the machine;\n")
+	w("latencies and therefore storm times do.\n\n")
 	if r.opts.quick {
 		w("> **Quick mode** (`-quick`): one repetition, N = 10 only, short windows. The figures only show that\n> the program works.\n\n")
 	}
@@ -120,86 +123,144 @@ func (r *report) stormSection(b *strings.Builder) {
 	w("**spread** is the default strategy (one LIST, then a task-specific first candidate);\n")
 	w("**sequential** is the baseline, the anchor's strategy (`nodeid.Config{Strategy: nodeid.StrategySequential}`:\n")
 	w("IDs 0..N-1 in order, GET then conditional PUT each, backoff 1 s doubling to 30 s after a full pass).\n")
-	w("*cold*: empty bucket, the tasks create the lease objects themselves; *bootstrapped*: `nodeid.Initialize` ran first.\n")
+	w("*cold*: empty bucket, the tasks create the lease objects and the cluster marker themselves;\n")
+	w("*bootstrapped*: `nodeid.Initialize` ran first.\n")
 	w("The two strategies alternate within each repetition, on a fresh bucket each time.\n\n")
-	w("| N | start | strategy | time (s) | requests, all tasks | per task: median, max | LIST / GET / PUT | mean latency LIST / GET / PUT (ms) | tasks that waited a poll |\n")
-	w("| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
-	type agg struct{ time, total bench.Summary }
+	var awsRun []int
+	for _, n := range r.opts.sizes {
+		if len(r.opts.netProfiles(n)) > 1 {
+			awsRun = append(awsRun, n)
+		}
+	}
+	w("**loopback**: the tasks talk to the gateway directly; a round trip costs well under a millisecond, so\n")
+	w("the gateway's CPU, shared with the N tasks on %s cores, is the bottleneck.", r.machine.NProc)
+	if len(awsRun) > 0 {
+		w(" **aws-like**: every request of the\n")
+		w("tasks goes through a `faultproxy` that delays it by %v plus a random %v\n", awsLike.Latency, awsLike.Jitter)
+		w("(`faultproxy.Fault{Latency: %v, Jitter: %v}`), about the round trip of a small S3 request within an AWS\n", awsLike.Latency, awsLike.Jitter)
+		w("region; the gateway is then mostly idle and the time follows the longest chain of round trips of one task\n")
+		w("(N = %s only, to keep the run short).", joinInts(awsRun, ", "))
+	}
+	w(" *server CPU* is the gateway's CPU time during the storm.\n\n")
+	w("| N | network | start | strategy | time (s) | server CPU (s) | requests, all tasks | per task: median, max | LIST / GET / PUT | mean latency LIST / GET / PUT (ms) | tasks that waited a poll |\n")
+	w("| ---: | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	type agg struct{ time, total, cpu bench.Summary }
 	sums := map[stormKey]agg{}
 	for _, n := range r.opts.sizes {
-		for _, cold := range []bool{true, false} {
-			for _, s := range strategies {
-				k := stormKey{n, cold, s}
-				res := r.storm[k]
-				if len(res) == 0 {
-					continue
-				}
-				var took []time.Duration
-				var total, per, waited []float64
-				byOp := map[string][]float64{}
-				opN := map[string]int{}
-				opTime := map[string]time.Duration{}
-				for _, x := range res {
-					took = append(took, x.Took)
-					total = append(total, float64(x.Total))
-					per = append(per, x.PerTask...)
-					waited = append(waited, float64(x.Waited))
+		for _, net := range r.opts.netProfiles(n) {
+			for _, cold := range []bool{true, false} {
+				for _, s := range strategies {
+					k := stormKey{n, net.Name, cold, s}
+					res := r.storm[k]
+					if len(res) == 0 {
+						continue
+					}
+					var took []time.Duration
+					var total, per, waited, cpu []float64
+					byOp := map[string][]float64{}
+					opN := map[string]int{}
+					opTime := map[string]time.Duration{}
+					for _, x := range res {
+						took = append(took, x.Took)
+						total = append(total, float64(x.Total))
+						cpu = append(cpu, x.ServerCPU)
+						per = append(per, x.PerTask...)
+						waited = append(waited, float64(x.Waited))
+						for _, op := range stormOps {
+							byOp[op] = append(byOp[op], float64(x.Ops[op]))
+							opN[op] += x.Ops[op]
+							opTime[op] += x.OpTime[op]
+						}
+					}
+					a := agg{secs(took), bench.Summarize(total), bench.Summarize(cpu)}
+					sums[k] = a
+					ps := bench.Summarize(per)
+					var counts, lat []string
 					for _, op := range stormOps {
-						byOp[op] = append(byOp[op], float64(x.Ops[op]))
-						opN[op] += x.Ops[op]
-						opTime[op] += x.OpTime[op]
+						counts = append(counts, bench.Format(bench.Median(byOp[op]), 0))
+						mean := math.NaN()
+						if opN[op] > 0 {
+							mean = float64(opTime[op].Microseconds()) / 1000 / float64(opN[op])
+						}
+						lat = append(lat, bench.Format(mean, 1))
 					}
+					w("| %d | %s | %s | %s | %s | %s | %s | %s, %s | %s | %s | %s |\n", n, net.Name, startName(cold), s, a.time.Spread(2), a.cpu.Spread(2), a.total.Spread(0),
+						bench.Format(ps.Median, 0), bench.Format(ps.Max, 0), strings.Join(counts, " / "), strings.Join(lat, " / "),
+						bench.Summarize(waited).Spread(0))
 				}
-				a := agg{secs(took), bench.Summarize(total)}
-				sums[k] = a
-				ps := bench.Summarize(per)
-				var counts, lat []string
-				for _, op := range stormOps {
-					counts = append(counts, bench.Format(bench.Median(byOp[op]), 0))
-					mean := math.NaN()
-					if opN[op] > 0 {
-						mean = float64(opTime[op].Microseconds()) / 1000 / float64(opN[op])
-					}
-					lat = append(lat, bench.Format(mean, 1))
-				}
-				w("| %d | %s | %s | %s | %s | %s, %s | %s | %s | %s |\n", n, startName(cold), s, a.time.Spread(2), a.total.Spread(0),
-					bench.Format(ps.Median, 0), bench.Format(ps.Max, 0), strings.Join(counts, " / "), strings.Join(lat, " / "),
-					bench.Summarize(waited).Spread(0))
 			}
 		}
 	}
 	w("\nRequests per task are counted until that task's Acquire returned. LIST / GET / PUT are medians over the\n")
-	w("repetitions; the latencies are means over all repetitions, measured in the tasks' HTTP clients. \"Waited a\n")
-	w("poll\" counts tasks that logged `no node id free, waiting` and slept P/2..P although an ID was free for each.\n")
+	w("repetitions; the latencies are means over all repetitions, measured in the tasks' HTTP clients (on\n")
+	w("aws-like, the proxy's delay included). \"Waited a poll\" counts tasks that logged `no node id free, waiting`\n")
+	w("and slept P/2..P although an ID was free for each.\n")
 	w("\nRatios baseline / spread, from the medians above (same run):\n\n")
-	w("| N | start | requests | time |\n| ---: | --- | ---: | ---: |\n")
+	w("| N | network | start | requests | time | server CPU |\n| ---: | --- | --- | ---: | ---: | ---: |\n")
 	for _, n := range r.opts.sizes {
-		for _, cold := range []bool{true, false} {
-			sp, sq := sums[stormKey{n, cold, nodeid.StrategySpread}], sums[stormKey{n, cold, nodeid.StrategySequential}]
-			rq := bench.Ratio(sq.total.Median, sp.total.Median)
-			rt := bench.Ratio(sq.time.Median, sp.time.Median)
-			w("| %d | %s | %sx | %sx |\n", n, startName(cold), bench.Format(rq, 1), bench.Format(rt, 1))
-			if n == 50 {
-				r.verdict(rq >= 5 && rt >= 3, "Storm, N = 50, %s: at least 5x fewer requests and 3x less time than the baseline — measured %sx fewer requests, %sx less time",
-					startName(cold), bench.Format(rq, 1), bench.Format(rt, 1))
+		for _, net := range r.opts.netProfiles(n) {
+			for _, cold := range []bool{true, false} {
+				sp, sq := sums[stormKey{n, net.Name, cold, nodeid.StrategySpread}], sums[stormKey{n, net.Name, cold, nodeid.StrategySequential}]
+				rq := bench.Ratio(sq.total.Median, sp.total.Median)
+				rt := bench.Ratio(sq.time.Median, sp.time.Median)
+				rc := bench.Ratio(sq.cpu.Median, sp.cpu.Median)
+				w("| %d | %s | %s | %sx | %sx | %sx |\n", n, net.Name, startName(cold), bench.Format(rq, 1), bench.Format(rt, 1), bench.Format(rc, 1))
+				if n == 50 {
+					r.verdict(rq >= 5 && rt >= 3, "Storm, N = 50, %s, %s: at least 5x fewer requests and 3x less time than the baseline — measured %sx fewer requests, %sx less time",
+						startName(cold), net.Name, bench.Format(rq, 1), bench.Format(rt, 1))
+				}
 			}
 		}
 	}
 	w("\n")
+	r.opCostNote(b)
 	waitedCold := 0
-	for _, n := range r.opts.sizes {
-		for _, x := range r.storm[stormKey{n, true, nodeid.StrategySpread}] {
-			waitedCold += x.Waited
+	for k, xs := range r.storm {
+		if k.Cold && k.Strategy == nodeid.StrategySpread {
+			for _, x := range xs {
+				waitedCold += x.Waited
+			}
 		}
 	}
 	if waitedCold > 0 {
-		w("**Why cold spread storms are slow:** in %d cold spread runs, %d tasks in all slept a poll interval\n", r.opts.reps*len(r.opts.sizes), waitedCold)
-		w("(`no node id free, waiting`) although an ID was free for each; that sleep (P/2..P = 0.5–1 s), not S3,\n")
-		w("is most of the cold time. A task whose first LIST found the bucket empty, and whose creates all got 412\n")
-		w("because other tasks created those objects first, keeps that empty listing: `trySpread` lists again only\n")
-		w("if this task itself wrote something (`wrote`), so `candidates` has nothing to try and the task waits.\n")
-		w("Listing again whenever objects were missing would remove the wait.\n\n")
+		w("**Cold spread storms waited:** %d tasks in all slept a poll interval (`no node id free, waiting`)\n", waitedCold)
+		w("although an ID was free for each; that sleep (P/2..P = 0.5–1 s), not S3, is then most of the cold time.\n\n")
 	}
+}
+
+// opCostNote explains the loopback ratios with the gateway's CPU time per
+// request.
+func (r *report) opCostNote(b *strings.Builder) {
+	c := r.opCost
+	if len(c.CPU) == 0 {
+		return
+	}
+	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	list, get := c.CPU["LIST"], c.CPU["GET"]
+	w("**Why the loopback ratios are lower.** On loopback the storm's time follows the gateway's CPU, not the\n")
+	w("number of round trips, and the requests do not cost it alike. Measured one at a time, %d of each, on a\n", c.Reps)
+	w("bootstrapped bucket of %d lease objects (utime + stime of the gateway from `/proc/PID/stat`, 10 ms ticks):\n\n", c.N)
+	w("| request | gateway CPU per request (ms) | in GETs |\n| --- | ---: | ---: |\n")
+	for _, kind := range opCostKinds {
+		name := kind
+		if kind == "LIST" {
+			name = fmt.Sprintf("LIST (%d objects and the marker)", c.N)
+		}
+		w("| %s | %s | %s |\n", name, bench.Format(c.CPU[kind], 2), bench.Format(bench.Ratio(c.CPU[kind], get), 1))
+	}
+	w("\nA LIST costs the gateway about %s GETs. The spread strategy sends far fewer requests, but a larger\n", bench.Format(bench.Ratio(list, get), 1))
+	w("share of them are LISTs: one per task at least, and in a cold start one after every create that\n")
+	w("another task won; the baseline's requests are nearly all GETs and conditional PUTs. So the server CPU\n")
+	w("ratio, and with it the loopback time ratio, is lower than the request ratio. With aws-like latency the\n")
+	w("gateway is mostly idle, and the baseline's last task walks about N IDs with a GET and a PUT each.\n\n")
+}
+
+func joinInts(xs []int, sep string) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, sep)
 }
 
 // stormOps are the operations a storm sends (HEAD only from Probe, which

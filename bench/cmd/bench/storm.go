@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -11,27 +12,43 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
+	"github.com/nodeid/nodeid/faultproxy"
 	"github.com/nodeid/nodeid/nodeid"
+)
+
+// netProfile is the network between the storm's tasks and S3.
+type netProfile struct {
+	Name            string
+	Latency, Jitter time.Duration // added to every request by a faultproxy
+}
+
+var (
+	loopback = netProfile{Name: "loopback"}
+	// awsLike puts a round trip of an S3 request within a region in front
+	// of every request: 20-40 ms more, as for small objects on AWS S3.
+	awsLike = netProfile{Name: "aws-like", Latency: 20 * time.Millisecond, Jitter: 20 * time.Millisecond}
 )
 
 // stormResult is one acquisition storm: N tasks start at once for N IDs.
 type stormResult struct {
-	Took     time.Duration            // until the last task holds its ID
-	Total    int64                    // S3 requests of all tasks until then
-	PerTask  []float64                // S3 requests of each task until it held its ID
-	Attempts int64                    // conditional PUTs sent to take an ID
-	Ops      map[string]int           // requests by operation (LIST, GET, PUT)
-	OpTime   map[string]time.Duration // their summed latency
-	OpWorst  map[string]time.Duration // the slowest of each
-	Waited   int                      // tasks that waited a poll interval
+	Took      time.Duration            // until the last task holds its ID
+	ServerCPU float64                  // the gateway's CPU seconds meanwhile
+	Total     int64                    // S3 requests of all tasks until then
+	PerTask   []float64                // S3 requests of each task until it held its ID
+	Attempts  int64                    // conditional PUTs sent to take an ID
+	Ops       map[string]int           // requests by operation (LIST, GET, PUT)
+	OpTime    map[string]time.Duration // their summed latency
+	OpWorst   map[string]time.Duration // the slowest of each
+	Waited    int                      // tasks that waited a poll interval
 }
 
 // runStorm starts n in-process providers with the given strategy at once on
 // a fresh bucket (bootstrapped first unless cold) and waits until every one
 // holds an ID. Each task has its own S3 client (its own connection pool, as
 // separate ECS tasks would) and its own repository, whose counter gives its
-// requests, retries included.
-func runStorm(ctx context.Context, g *gateway, strategy nodeid.AcquireStrategy, n int, cold bool, timeout time.Duration) (stormResult, error) {
+// requests, retries included. On a network with latency every task talks to
+// S3 through one faultproxy that delays each request.
+func runStorm(ctx context.Context, g *gateway, strategy nodeid.AcquireStrategy, n int, cold bool, net netProfile, timeout time.Duration) (stormResult, error) {
 	phase := "boot"
 	if cold {
 		phase = "cold"
@@ -48,6 +65,17 @@ func runStorm(ctx context.Context, g *gateway, strategy nodeid.AcquireStrategy, 
 		if err := nodeid.Initialize(ctx, repo, n, "bench-bootstrap", nodeid.DefaultLeaseDuration); err != nil {
 			return stormResult{}, fmt.Errorf("bootstrap: %w", err)
 		}
+	}
+
+	endpoint := g.URL
+	if net.Latency > 0 || net.Jitter > 0 {
+		fp, err := faultproxy.Start(g.URL)
+		if err != nil {
+			return stormResult{}, err
+		}
+		defer fp.Close()
+		fp.Set(faultproxy.Fault{Latency: net.Latency, Jitter: net.Jitter})
+		endpoint = fp.URL
 	}
 
 	// Task IDs are random, like ECS task ARNs, so the spread strategy's
@@ -67,7 +95,7 @@ func runStorm(ctx context.Context, g *gateway, strategy nodeid.AcquireStrategy, 
 	for i := range tasks {
 		ops := newOpStats()
 		var client *s3.Client
-		if client, err = g.newClient(ctx, g.URL); err != nil {
+		if client, err = g.newClient(ctx, endpoint); err != nil {
 			return stormResult{}, err
 		}
 		// Counted per task and read when its Acquire returns, so renewals
@@ -124,10 +152,16 @@ func runStorm(ctx context.Context, g *gateway, strategy nodeid.AcquireStrategy, 
 			ids[i], errs[i] = inst.ID, err
 		}()
 	}
+	cpu0, cpuErr := cpuSeconds(g.PID())
 	t0 := time.Now()
 	close(start)
 	wg.Wait()
 	res.Took = time.Since(t0)
+	cpu1, err := cpuSeconds(g.PID())
+	if err := errors.Join(cpuErr, err); err != nil {
+		return res, fmt.Errorf("gateway CPU: %w", err)
+	}
+	res.ServerCPU = cpu1 - cpu0
 	for i := range tasks {
 		for k, v := range opsAt[i] {
 			res.Ops[k] += v
@@ -181,4 +215,82 @@ func (c *msgCounter) count(msg string) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.n[msg]
+}
+
+// opCost is the gateway's CPU time per request of each kind, measured one
+// request at a time on a bootstrapped bucket of n lease objects.
+type opCost struct {
+	N    int                // lease objects in the bucket (a LIST returns them all)
+	Reps int                // requests of each kind
+	CPU  map[string]float64 // milliseconds per request, by kind
+}
+
+// opCostKinds are the requests a storm sends, in the order reported.
+var opCostKinds = []string{"LIST", "GET", "PUT If-Match", "PUT If-None-Match (412)"}
+
+// measureOpCost explains the loopback storm times: there the gateway's CPU,
+// not the network, is the bottleneck, and a LIST costs it several GETs.
+func measureOpCost(ctx context.Context, g *gateway, n int) (opCost, error) {
+	const reps = 300
+	bucket, err := g.newBucket(ctx, fmt.Sprintf("opcost-n%d", n))
+	if err != nil {
+		return opCost{}, err
+	}
+	repo, err := nodeid.NewS3Repository(g.client, bucket, "", 0)
+	if err != nil {
+		return opCost{}, err
+	}
+	if err := nodeid.Initialize(ctx, repo, n, "bench-opcost", nodeid.DefaultLeaseDuration); err != nil {
+		return opCost{}, err
+	}
+	rec, err := repo.Get(ctx, 0)
+	if err != nil {
+		return opCost{}, err
+	}
+	etag := rec.ETag
+	l := nodeid.Lease{Instance: nodeid.NodeInstance{ID: 0}, Nonce: "bench-opcost", Acquirable: true}
+	ops := map[string]func(i int) error{
+		"LIST": func(int) error { _, err := repo.List(ctx); return err },
+		"GET":  func(i int) error { _, err := repo.Get(ctx, i%n); return err },
+		"PUT If-Match": func(int) error {
+			// A write that lands, like a take or a renewal: one object
+			// rewritten over and over, with the ETag of the last write.
+			l.Instance.ID = 0
+			l.Nonce = fmt.Sprintf("bench-opcost-%d", time.Now().UnixNano())
+			var err error
+			etag, err = repo.Write(ctx, l, etag)
+			return err
+		},
+		"PUT If-None-Match (412)": func(i int) error {
+			// A create of an object that exists, as in a cold storm.
+			l.Instance.ID = i % n
+			_, err := repo.Create(ctx, l)
+			return expect412(err)
+		},
+	}
+	c := opCost{N: n, Reps: reps, CPU: map[string]float64{}}
+	for _, kind := range opCostKinds {
+		cpu0, err := cpuSeconds(g.PID())
+		if err != nil {
+			return c, err
+		}
+		for i := range reps {
+			if err := ops[kind](i); err != nil {
+				return c, fmt.Errorf("%s: %w", kind, err)
+			}
+		}
+		cpu1, err := cpuSeconds(g.PID())
+		if err != nil {
+			return c, err
+		}
+		c.CPU[kind] = (cpu1 - cpu0) * 1000 / reps
+	}
+	return c, nil
+}
+
+func expect412(err error) error {
+	if errors.Is(err, nodeid.ErrPreconditionFailed) {
+		return nil
+	}
+	return fmt.Errorf("want 412, got %v", err)
 }
