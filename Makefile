@@ -56,13 +56,15 @@ bench-datadir:
 chaos: versitygw
 	$(GO) run ./chaos/cmd/chaos -all
 
-## sim: the deterministic simulation over many seeds, e.g. make sim SEEDS=100000;
+## sim: the deterministic simulation over many seeds, e.g. make sim SEEDS=100000
+## (FIRST=N starts at seed N, to split a sweep over processes);
 ## prints schedules explored and simulated steps per second; stops at the first
 ## violation unless KEEP_GOING=1 (then counts the seeds per kind of violation)
 SEEDS ?= 2000
+FIRST ?= 1
 KEEP_GOING ?=
 sim:
-	set -o pipefail; SIM_SEEDS=$(SEEDS) SIM_KEEP_GOING=$(KEEP_GOING) $(GO) test ./nodeid -run '^TestSimulationSweep$$' -count=1 -timeout 0 -v | grep -E 'simulation:|FAIL|ok|seed'
+	set -o pipefail; SIM_SEEDS=$(SEEDS) SIM_FIRST=$(FIRST) SIM_KEEP_GOING=$(KEEP_GOING) $(GO) test ./nodeid -run '^TestSimulationSweep$$' -count=1 -timeout 0 -v | grep -E 'simulation:|FAIL|ok|seed'
 
 ## sim-teeth: the simulation finds each deliberate bug (built with -tags simbugs,
 ## the only build in which they exist); prints the seed that found each
