@@ -684,11 +684,13 @@ func (p *Provider) learn(l Lease) {
 // take writes our lease over rec with one conditional PUT.
 func (p *Provider) take(ctx context.Context, rec Record, graceful bool) (NodeInstance, bool) {
 	p.learn(rec.Lease)
-	if strings.HasPrefix(rec.Lease.TaskID, recreatedPrefix) {
-		// A recreated object names the version its recreator knew, which a
-		// delayed recreation can put below versions handed out since. Every
-		// lease's knowledge is read first, so the version taken is above all
-		// of it. Recreations are rare; this costs a LIST and a GET per ID.
+	if l := rec.Lease; l.Held() || l.Instance.Version > 0 || l.Legacy || !graceful {
+		// The object's version may be below one handed out before: an
+		// outside overwrite, a recreation that landed late. Every lease's
+		// knowledge is read first, so the version taken is above all that
+		// the bucket records. Only a never-held object the marker proves
+		// fresh (a start storm) needs none: its ID was never held. A LIST
+		// and a GET per ID, once per takeover.
 		if listing, err := p.list(ctx); err == nil {
 			sctx, cancel := context.WithTimeout(ctx, time.Duration(len(listing.Slots)+1)*p.cfg.RequestTimeout)
 			s := surveyLeases(sctx, p.repo, listing, 0)
