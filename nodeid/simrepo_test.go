@@ -283,7 +283,10 @@ func (w *simWorld) checkVersion(t *simTask, l Lease, prev *simObject) {
 	switch {
 	case acquisition && v <= floor:
 		w.violate("node %d: task %s acquired version %d, not above %d, which the bucket still records (%s)", id, t.name, v, floor, w.recordedWhere(id, floor))
-	case v < floor && !strings.HasPrefix(l.TaskID, recreatedPrefix) && !(prev == nil && !l.Held() && v == 0):
+	case v < floor && !strings.HasPrefix(l.TaskID, recreatedPrefix) && !(prev == nil && !l.Held() && v == 0) &&
+		(prev == nil || !prev.decoded || v < prev.lease.Instance.Version):
+		// (A write that keeps the object's version, as a scale-down's mark
+		// does, lowers nothing: an outsider lowered it before.)
 		// A recreated object (an unknown holder) or a bootstrap create that
 		// landed late (after an outside delete) may name less than the bucket
 		// records elsewhere: neither is a tenure, its taker reads every lease
