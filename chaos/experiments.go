@@ -332,7 +332,9 @@ func runPause(ctx context.Context, c *Cluster, r *Result) error {
 	if err := old.SignalAll(syscall.SIGSTOP); err != nil {
 		return err
 	}
-	pause := c.Timing.Lease * 5 / 2
+	// Long enough for a replacement (L + 1 s by S3's clock, a poll, the
+	// takeover and the first write) on a loaded machine; 2.5 L was not.
+	pause := c.Timing.Lease * 4
 	if _, err := expectReplacement(ctx, c, r, old, node, v, t0, false, pause); err != nil {
 		old.SignalAll(syscall.SIGCONT)
 		return fmt.Errorf("while %s was stopped: %w", old.Name, err)
