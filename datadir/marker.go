@@ -14,12 +14,14 @@ import (
 	"github.com/nodeid/nodeid/nodeid"
 )
 
-// Marker is the content of MarkerName. Camunda reads version markers
-// strictly: add no fields.
+// Marker is the content of MarkerName, in Camunda 8.9's form (see
+// MarshalJSON). Camunda parses markers with a default Jackson ObjectMapper,
+// which rejects unknown fields and a string initializedAt, and its GC then
+// deletes the directory as invalid: add no fields, change no types.
 type Marker struct {
 	// InitializedAt is when the marker was written, by the preparing task's
-	// clock; informational only. Written as an RFC 3339 string; read as that
-	// or as epoch milliseconds (Camunda's form).
+	// clock; informational only. Written as integer epoch milliseconds;
+	// read as that or as the RFC 3339 string of earlier releases.
 	InitializedAt time.Time `json:"initializedAt"`
 	// Version is the version of the directory that holds the marker. A marker
 	// naming another version (a directory renamed or copied by hand) does not
@@ -108,6 +110,22 @@ func parseInitializedAt(raw json.RawMessage) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("%s is neither an RFC 3339 string nor integer epoch milliseconds", raw)
 	}
 	return time.UnixMilli(ms), nil
+}
+
+// MarshalJSON writes the marker exactly as Camunda does:
+// {"initializedAt":<epoch ms>,"version":<k>,"initializedFrom":<k'>|null}.
+func (m Marker) MarshalJSON() ([]byte, error) {
+	ms := m.InitializedAt.UnixMilli()
+	// Camunda refuses negative times and versions: such a marker would make
+	// its GC delete the directory.
+	if ms < 0 || m.Version < 0 || m.InitializedFrom != nil && *m.InitializedFrom < 0 {
+		return nil, fmt.Errorf("datadir: marker %+v has a negative time or version", m)
+	}
+	from := "null"
+	if m.InitializedFrom != nil {
+		from = strconv.FormatInt(int64(*m.InitializedFrom), 10)
+	}
+	return fmt.Appendf(nil, `{"initializedAt":%d,"version":%d,"initializedFrom":%s}`, ms, int64(m.Version), from), nil
 }
 
 // writeMarker creates the marker in the version directory dir exclusively,
