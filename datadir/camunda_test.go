@@ -2,7 +2,9 @@ package datadir
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -115,3 +117,134 @@ func TestOldFormMarkersStillRead(t *testing.T) {
 }
 
 func itoa(v nodeid.Version) string { return strconv.FormatInt(int64(v), 10) }
+
+// sameInode reports whether rel is the same file in both directories.
+func sameInode(t *testing.T, a, b, rel string) bool {
+	t.Helper()
+	ai, err := os.Lstat(filepath.Join(a, rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bi, err := os.Lstat(filepath.Join(b, rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return os.SameFile(ai, bi)
+}
+
+func zeebe(t *testing.T) CopyRules {
+	t.Helper()
+	r, err := Preset(PresetZeebe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// A Zeebe data directory, with what each preset must do with each file.
+var zeebeFiles = map[string]string{
+	"snapshots/1-1-5-4/000042.sst":           "snapshot sst",
+	"snapshots/1-1-5-4/CHECKSUM":             "snapshot checksum",
+	"bootstrap-snapshots/1/000007.sst":       "bootstrap sst",
+	"raft-partition/partitions/1/log-1.log":  "journal",
+	"raft-partition/partitions/1/.conf":      "raft conf",
+	"raft-partition/snapshots/x":             "not a top-level snapshot",
+	"runtime/000050.sst":                     "runtime state",
+	"runtime/CURRENT":                        "MANIFEST",
+	"raft-partition/partitions/1/runtime/db": "nested runtime",
+	"partitions/2/runtime":                   "a file named runtime",
+	"runtimes/x":                             "not named runtime",
+}
+
+func TestZeebePreset(t *testing.T) {
+	var carried, linkedAfterCrash []string
+	for rel := range zeebeFiles {
+		if !(CopyRules{SkipSegment: []string{"runtime"}}).skips(rel) {
+			carried = append(carried, rel)
+		}
+	}
+	linkedAfterCrash = []string{"snapshots/1-1-5-4/000042.sst", "snapshots/1-1-5-4/CHECKSUM", "bootstrap-snapshots/1/000007.sst"}
+	want := map[string]string{}
+	for _, rel := range carried {
+		want[rel] = zeebeFiles[rel]
+	}
+	if len(want) != 7 {
+		t.Fatalf("test data: %d files carried over, want 7: %v", len(want), carried)
+	}
+	for _, tc := range []struct {
+		name    string
+		opts    Options
+		want    map[string]string // content of the new version
+		linked  []string          // the rest of want is copied
+		skipped int64             // the marker, and runtime/, the nested runtime/ and the file runtime under zeebe
+	}{
+		{"zeebe after a crash", Options{Rules: zeebe(t)}, want, linkedAfterCrash, 4},
+		{"zeebe after a graceful release", Options{Rules: zeebe(t), PreviousGraceful: true}, want, carried, 4},
+		{"default after a crash copies everything", Options{}, zeebeFiles, nil, 1},
+		{"default preset by name", Options{Rules: mustPreset(t, PresetDefault)}, zeebeFiles, nil, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			src := makeVersion(t, root, 0, 4, zeebeFiles, 4)
+			dir, res := mustPrepare(t, root, inst(0, 5), tc.opts)
+			equalMaps(t, contents(t, dir), tc.want)
+			for rel := range tc.want {
+				if want := slices.Contains(tc.linked, rel); sameInode(t, src, dir, rel) != want {
+					t.Errorf("%s: hard-linked = %v, want %v", rel, !want, want)
+				}
+			}
+			if res.FilesLinked != int64(len(tc.linked)) || res.FilesCopied != int64(len(tc.want)-len(tc.linked)) || res.Skipped != tc.skipped {
+				t.Errorf("result = %+v", res)
+			}
+		})
+	}
+}
+
+func mustPreset(t *testing.T, name string) CopyRules {
+	t.Helper()
+	r, err := Preset(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// Zeebe's snapshots are RocksDB checkpoints: hard links of the runtime's
+// files. Such a file has another name through which a stale holder may
+// still write, so after a crash it is copied even under the zeebe preset:
+// the per-inode safety rule wins over Camunda's per-path rule.
+func TestZeebePresetKeepsTheNlinkRule(t *testing.T) {
+	root := t.TempDir()
+	src := makeVersion(t, root, 0, 4, map[string]string{"runtime/000042.sst": "shared", "snapshots/1/000043.sst": "alone"}, 4)
+	if err := os.Link(filepath.Join(src, "runtime/000042.sst"), filepath.Join(src, "snapshots/1/000042.sst")); err != nil {
+		t.Fatal(err)
+	}
+	dir, _ := mustPrepare(t, root, inst(0, 5), Options{Rules: zeebe(t)})
+	equalMaps(t, contents(t, dir), map[string]string{"snapshots/1/000042.sst": "shared", "snapshots/1/000043.sst": "alone"})
+	if sameInode(t, src, dir, "snapshots/1/000042.sst") {
+		t.Error("a snapshot file with a second name (in runtime/) was hard-linked after a crash")
+	}
+	if !sameInode(t, src, dir, "snapshots/1/000043.sst") {
+		t.Error("a snapshot file with one name was copied after a crash")
+	}
+}
+
+func TestPresets(t *testing.T) {
+	for _, name := range []string{"", PresetDefault} {
+		if r, err := Preset(name); err != nil || r.SkipSegment != nil || r.LinkAfterCrash != nil {
+			t.Errorf("Preset(%q) = %+v, %v; want no rules", name, r, err)
+		}
+	}
+	if _, err := Preset("Zeebe"); !errors.Is(err, ErrInvalid) {
+		t.Errorf("Preset(Zeebe): err = %v, want ErrInvalid", err)
+	}
+	for _, r := range []CopyRules{
+		{SkipSegment: []string{""}}, {SkipSegment: []string{"a/b"}}, {SkipSegment: []string{".."}},
+		{LinkAfterCrash: []string{""}}, {LinkAfterCrash: []string{"/snapshots"}}, {LinkAfterCrash: []string{"../x"}},
+		{LinkAfterCrash: []string{"snapshots/"}}, {LinkAfterCrash: []string{"."}},
+	} {
+		if _, _, err := Prepare(context.Background(), t.TempDir(), inst(0, 1), Options{Rules: r, Logger: quiet}); !errors.Is(err, ErrInvalid) {
+			t.Errorf("Rules %+v: err = %v, want ErrInvalid", r, err)
+		}
+	}
+}

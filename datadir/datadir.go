@@ -98,6 +98,10 @@ type Options struct {
 	// directory is skipped with everything below it.
 	Skip []string
 
+	// Rules adds an application's copy rules to Skip and Immutable, for
+	// example those of Preset(PresetZeebe). The zero value adds nothing.
+	Rules CopyRules
+
 	// VerifyContent makes validation compare every copied file byte by byte
 	// with its source instead of only checking presence and size. It reads
 	// both trees once more.
@@ -165,6 +169,7 @@ type config struct {
 	graceful      bool
 	immutable     []pattern
 	skip          []pattern
+	rules         CopyRules
 	verifyContent bool
 	keep          int
 	dirMode       fs.FileMode
@@ -177,6 +182,7 @@ type config struct {
 func (o Options) config() (*config, error) {
 	c := &config{
 		graceful:      o.PreviousGraceful,
+		rules:         CopyRules{SkipSegment: slices.Clone(o.Rules.SkipSegment), LinkAfterCrash: slices.Clone(o.Rules.LinkAfterCrash)},
 		verifyContent: o.VerifyContent,
 		keep:          o.Keep,
 		dirMode:       o.DirMode,
@@ -191,6 +197,9 @@ func (o Options) config() (*config, error) {
 	}
 	if c.skip, err = compilePatterns(o.Skip); err != nil {
 		return nil, fmt.Errorf("%w: Skip: %w", ErrInvalid, err)
+	}
+	if err := c.rules.check(); err != nil {
+		return nil, fmt.Errorf("%w: Rules: %w", ErrInvalid, err)
 	}
 	if c.keep, err = keepOrDefault(o.Keep); err != nil {
 		return nil, err

@@ -97,7 +97,7 @@ func (t *tree) classify(rel string, mode fs.FileMode, nlink uint64) action {
 		// The target gets its own, and a stale in-progress file in a valid
 		// source (a crash just after its marker) means nothing.
 		return actSkip
-	case matchAny(t.cfg.skip, rel):
+	case matchAny(t.cfg.skip, rel), t.cfg.rules.skips(rel):
 		return actSkip
 	case mode.IsDir():
 		return actDir
@@ -105,7 +105,7 @@ func (t *tree) classify(rel string, mode fs.FileMode, nlink uint64) action {
 		return actSymlink
 	case !mode.IsRegular():
 		return actSpecial
-	case t.cfg.graceful || nlink == 1 && matchAny(t.cfg.immutable, rel):
+	case t.cfg.graceful || nlink == 1 && (matchAny(t.cfg.immutable, rel) || t.cfg.rules.linksAfterCrash(rel)):
 		// Safe to share: nobody writes the source file any more.
 		return actLink
 	}
