@@ -5,11 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -247,4 +250,159 @@ func TestPresets(t *testing.T) {
 			t.Errorf("Rules %+v: err = %v, want ErrInvalid", r, err)
 		}
 	}
+}
+
+// camundaValid is Camunda 8.9's VersionedDirectoryLayout.isDirectoryInitialized:
+// a regular marker file that a default Jackson ObjectMapper maps onto
+// DirectoryInitializationInfo (unknown fields and a string initializedAt
+// fail), initializedAt not negative, naming the directory's version.
+func camundaValid(t *testing.T, dir string, v int64) bool {
+	t.Helper()
+	p := filepath.Join(dir, MarkerName)
+	if fi, err := os.Stat(p); err != nil || !fi.Mode().IsRegular() {
+		return false
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var m camundaMarkerWire
+	if dec.Decode(&m) != nil || dec.More() {
+		return false
+	}
+	return m.InitializedAt >= 0 && m.Version == v && (m.InitializedFrom == nil || *m.InitializedFrom >= 0)
+}
+
+// camundaRoot builds a data root as Camunda 8.9 leaves it: node-N/vK with
+// Camunda's markers, runtime/ and snapshots/, no file of ours, and invalid
+// directories of its own: a half-copied v3 (a crash during Camunda's copy,
+// above the newest valid v2) and a markerless v0.
+func camundaRoot(t *testing.T) (root string, files map[int64]map[string]string) {
+	t.Helper()
+	root = t.TempDir()
+	files = map[int64]map[string]string{
+		1: {
+			"snapshots/1-1-3-2/000009.sst":          "v1 snapshot",
+			"raft-partition/partitions/1/log-1.log": "v1 journal",
+			"runtime/000010.sst":                    "v1 runtime",
+		},
+		2: {
+			"snapshots/1-1-5-4/000042.sst":          "v2 snapshot",
+			"snapshots/1-1-5-4/CHECKSUM":            "v2 checksum",
+			"bootstrap-snapshots/1/000007.sst":      "v2 bootstrap",
+			"raft-partition/partitions/1/log-1.log": "v2 journal",
+			"raft-partition/partitions/1/.conf":     "v2 raft conf",
+			"runtime/000050.sst":                    "v2 runtime",
+			"runtime/CURRENT":                       "MANIFEST-000051",
+			"partitions/1/runtime/x":                "v2 nested runtime",
+			".topology.meta":                        "v2 topology",
+		},
+	}
+	v1 := makeVersion(t, root, 0, 1, files[1], -1)
+	writeFiles(t, v1, map[string]string{MarkerName: camundaMarker(1, nil)})
+	v2 := makeVersion(t, root, 0, 2, files[2], -1)
+	writeFiles(t, v2, map[string]string{MarkerName: camundaMarker(2, ver(1))})
+	makeVersion(t, root, 0, 3, map[string]string{"snapshots/1-1-5-4/000042.sst": "v2 snapshot"}, -1)
+	makeVersion(t, root, 0, 0, map[string]string{"runtime/LOCK": ""}, -1)
+	n1 := makeVersion(t, root, 1, 7, map[string]string{"snapshots/s": "node 1"}, -1)
+	writeFiles(t, n1, map[string]string{MarkerName: camundaMarker(7, ver(6))})
+	return root, files
+}
+
+// Prepare takes over a data root that Camunda 8.9 wrote: it copies the
+// newest valid Camunda version, removes nothing of Camunda's but valid
+// versions past Keep, leaves Camunda's invalid directories alone, and
+// leaves only directories that Camunda finds valid.
+func TestCamundaRootIsTakenOver(t *testing.T) {
+	for _, graceful := range []bool{false, true} {
+		t.Run(fmt.Sprintf("graceful=%v", graceful), func(t *testing.T) {
+			root, files := camundaRoot(t)
+			node := filepath.Join(root, "node-0")
+			v2 := filepath.Join(node, "v2")
+			keep := map[string]map[string]string{}
+			for _, d := range []string{v2, filepath.Join(node, "v3"), filepath.Join(node, "v0"), filepath.Join(root, "node-1")} {
+				keep[d] = snapshotTree(t, d)
+			}
+			rec := &recorder{}
+			dir, res := mustPrepare(t, root, inst(0, 4), Options{
+				Cluster: clusterA, Rules: zeebe(t), PreviousGraceful: graceful, Logger: slog.New(rec),
+			})
+			if !res.HasSource || res.Source != 2 {
+				t.Fatalf("source = %v/%d, want v2", res.HasSource, res.Source)
+			}
+			// Every file of v2 but the runtime segments, nothing else.
+			want := map[string]string{}
+			for rel, c := range files[2] {
+				if !strings.HasPrefix(rel, "runtime/") && !strings.Contains(rel, "/runtime/") {
+					want[rel] = c
+				}
+			}
+			equalMaps(t, contents(t, dir), want)
+			for rel := range want {
+				linked := graceful || strings.HasPrefix(rel, "snapshots/") || strings.HasPrefix(rel, "bootstrap-snapshots/")
+				if sameInode(t, v2, dir, rel) != linked {
+					t.Errorf("%s: hard-linked = %v, want %v", rel, !linked, linked)
+				}
+			}
+			// Keep 2 of the valid versions (v4, v2): v1 goes; Camunda's
+			// invalid v3 and v0 and node-1 stay exactly as they were.
+			if len(res.Removed) != 1 || res.Removed[0] != filepath.Join(node, "v1") {
+				t.Errorf("removed %v, want only v1", res.Removed)
+			}
+			if got := versionsOf(t, root, 0); !slices.Equal(got, []string{"v0", "v2", "v3", "v4"}) {
+				t.Errorf("node-0 holds %v", got)
+			}
+			for d, before := range keep {
+				equalMaps(t, snapshotTree(t, d), before)
+			}
+			if !rec.has("datadir: not ours, left in place") {
+				t.Error("the invalid directories left in place were not logged")
+			}
+			// Adopted: our ownership file, at the root where Camunda never looks.
+			if c, ok, err := readOwnerFile(root); err != nil || !ok || c != clusterA {
+				t.Errorf("ownership = %v %v %v, want %v", c, ok, err, clusterA)
+			}
+			if exists(t, filepath.Join(dir, PreparingName)) {
+				t.Errorf("%s left in the prepared directory", PreparingName)
+			}
+			// Back to Camunda: every complete directory we leave is valid
+			// for it, so its GC keeps them and its provider copies from v4.
+			for v, d := range map[int64]string{2: v2, 4: dir} {
+				if !camundaValid(t, d, v) {
+					t.Errorf("%s is not valid for Camunda", d)
+				}
+			}
+		})
+	}
+}
+
+// A Camunda directory without a valid marker as the very target is not
+// ours to remove: refused, and nothing is written, not even the ownership
+// file.
+func TestCamundaInvalidTargetIsRefused(t *testing.T) {
+	root, _ := camundaRoot(t)
+	before := snapshotTree(t, root)
+	_, _, err := Prepare(context.Background(), root, inst(0, 3), Options{Cluster: clusterA, Rules: zeebe(t), Logger: quiet})
+	if !errors.Is(err, ErrUnrecognized) {
+		t.Fatalf("err = %v, want ErrUnrecognized", err)
+	}
+	equalMaps(t, snapshotTree(t, root), before)
+}
+
+func readOwnerFile(root string) (Cluster, bool, error) {
+	r, err := os.OpenRoot(root)
+	if err != nil {
+		return Cluster{}, false, err
+	}
+	defer r.Close()
+	return readOwner(r, root)
+}
+
+// has reports whether a record with message msg was logged.
+func (r *recorder) has(msg string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.ContainsFunc(r.recs, func(rec slog.Record) bool { return rec.Message == msg })
 }
