@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nodeid/nodeid/datadir"
 	"github.com/nodeid/nodeid/nodeid"
 )
 
@@ -39,6 +40,7 @@ type settings struct {
 	dataRoot         string
 	keepVersions     int
 	immutable, skip  []string
+	dataRules        datadir.CopyRules
 	envFile          string
 	handoffFile      string
 	leaseFile        string
@@ -117,6 +119,14 @@ var options = []option{
 	{"skip", "NODEID_SKIP", "", "comma-separated patterns not carried to the new version, e.g. runtime/**,**/*.lock", func(s *settings, v string) error {
 		s.skip = splitList(v)
 		return nil
+	}},
+	{"data-preset", "NODEID_DATA_PRESET", datadir.PresetDefault, "copy rules of the data directory: default (only --immutable and --skip) or zeebe (skip runtime/, hard-link snapshots/ and bootstrap-snapshots/ even after a crash)", func(s *settings, v string) error {
+		if v != datadir.PresetDefault && v != datadir.PresetZeebe {
+			return fmt.Errorf("want %s or %s", datadir.PresetDefault, datadir.PresetZeebe)
+		}
+		var err error
+		s.dataRules, err = datadir.Preset(v)
+		return err
 	}},
 	{"env-file", "NODEID_ENV_FILE", "", "acquire: file to write NODE_ID=... to", func(s *settings, v string) error {
 		s.envFile = v

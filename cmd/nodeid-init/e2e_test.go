@@ -537,6 +537,8 @@ func TestBadInputGetsOneLineAndTheDocumentedCode(t *testing.T) {
 		{"command not found", nil, []string{"run", "--", "no-such-broker-binary"}, 2, "no-such-broker-binary"},
 		{"missing data root", []string{"NODEID_DATA_ROOT=" + missingDir}, []string{"run", "--", "true"}, 2, "data root"},
 		{"unwritable env file", []string{"NODEID_ENV_FILE=" + filepath.Join(missingDir, "node.env")}, []string{"acquire"}, 2, "env file"},
+		{"bad data preset", []string{"NODEID_DATA_PRESET=camunda"}, []string{"run", "--", "true"}, 2, "NODEID_DATA_PRESET"},
+		{"bad data preset flag", nil, []string{"acquire", "--data-preset", "Zeebe"}, 2, "--data-preset"},
 		{"bad log format", []string{"NODEID_LOG_FORMAT=xml"}, []string{"run", "--", "true"}, 2, "NODEID_LOG_FORMAT"},
 		{"bad metrics address", []string{"NODEID_METRICS_ADDR=nonsense"}, []string{"run", "--", "true"}, 2, "NODEID_METRICS_ADDR"},
 		{"wrong credentials", []string{"AWS_SECRET_ACCESS_KEY=wrong"}, []string{"run", "--", "true"}, 2, "access denied"},
@@ -707,5 +709,42 @@ func TestDataRootOfAnotherClusterIsRefused(t *testing.T) {
 	got, err := c.repo().Get(context.Background(), 0)
 	if err != nil || !got.Lease.Held() || got.Lease.TaskID != "stranger" {
 		t.Fatalf("lease after the refusal: %+v %v; want it still held, to expire", got.Lease, err)
+	}
+}
+
+// A data root as Camunda 8.9 leaves it is adopted, and with --data-preset
+// zeebe the new version carries everything but runtime/.
+func TestCamundaDataRootWithTheZeebePreset(t *testing.T) {
+	c := newCluster(t, s3test.StartVersity(t), 1)
+	if err := nodeid.Initialize(context.Background(), c.repo(), 1, "setup", 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	v0 := filepath.Join(c.root, "node-0", "v0")
+	for rel, content := range map[string]string{
+		"directory-initialized.json":    `{"initializedAt":1764547200123,"version":0,"initializedFrom":null}`,
+		"snapshots/1-1-5-4/000042.sst":  "snapshot",
+		"runtime/000050.sst":            "runtime",
+		"raft-partition/partitions/1/j": "journal",
+	} {
+		p := filepath.Join(v0, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o750); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o640); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tk := c.start("zeebe", []string{"NODEID_DATA_PRESET=zeebe"}, "acquire", "--env-file", filepath.Join(t.TempDir(), "node.env"))
+	if code := tk.wait(t, 20*time.Second); code != 0 {
+		t.Fatalf("exit code %d:\n%s", code, tk.out.String())
+	}
+	v1 := filepath.Join(c.root, "node-0", "v1")
+	for rel, want := range map[string]bool{"snapshots/1-1-5-4/000042.sst": true, "raft-partition/partitions/1/j": true, "runtime": false} {
+		if _, err := os.Lstat(filepath.Join(v1, rel)); (err == nil) != want {
+			t.Errorf("v1/%s present = %v, want %v", rel, err == nil, want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(v0, "runtime/000050.sst")); err != nil {
+		t.Errorf("Camunda's v0 was changed: %v", err)
 	}
 }

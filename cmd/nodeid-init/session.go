@@ -42,7 +42,7 @@ type session struct {
 var leaseOptions = append([]string{"cluster-size", "lease-duration", "renew-interval", "acquire-timeout", "poll-interval",
 	"readiness-timeout", "allowed-ids", "task-id", "metrics-addr", "skip-probe"}, s3Options...)
 
-var dataOptions = []string{"data-root", "keep-versions", "immutable", "skip"}
+var dataOptions = []string{"data-root", "keep-versions", "immutable", "skip", "data-preset"}
 
 // newSession validates what is left to validate, then connects: nothing
 // is written to S3 or the data root before this returns.
@@ -167,6 +167,7 @@ func (sess *session) prepareDataDir(ctx context.Context, inst nodeid.NodeInstanc
 		PreviousGraceful: sess.provider.PreviousGracefullyShutdown(),
 		Immutable:        sess.s.immutable,
 		Skip:             sess.s.skip,
+		Rules:            sess.s.dataRules,
 		Keep:             sess.s.keepVersions,
 		Logger:           sess.log,
 		Cluster:          datadir.Cluster{Bucket: sess.s.bucket, Prefix: sess.s.prefix},
