@@ -406,3 +406,37 @@ func (r *recorder) has(msg string) bool {
 	defer r.mu.Unlock()
 	return slices.ContainsFunc(r.recs, func(rec slog.Record) bool { return rec.Message == msg })
 }
+
+// Camunda creates its marker, then writes it: a crash in between leaves an
+// empty (or truncated) marker in a directory that was never complete. Such a
+// directory above the source is no reason to refuse, nor ours to remove;
+// a complete marker in an unknown format still is a reason to refuse.
+func TestCamundaCrashDuringMarkerWrite(t *testing.T) {
+	for _, tc := range []struct {
+		name, marker string
+		refused      bool
+	}{
+		{"empty", "", false},
+		{"whitespace", "\n", false},
+		{"truncated", `{"initializedAt":17645472`, false},
+		{"complete, trailing data", `{"initializedAt":1764547200123,"version":3,"initializedFrom":2}x`, true},
+		{"complete, other version", camundaMarker(5, nil), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root, _ := camundaRoot(t)
+			v3 := filepath.Join(root, "node-0", "v3")
+			writeFiles(t, v3, map[string]string{MarkerName: tc.marker})
+			before := snapshotTree(t, v3)
+			_, res, err := Prepare(context.Background(), root, inst(0, 4), Options{Cluster: clusterA, Logger: quiet})
+			switch {
+			case tc.refused && !errors.Is(err, ErrUnrecognized):
+				t.Fatalf("err = %v, want ErrUnrecognized", err)
+			case !tc.refused && err != nil:
+				t.Fatalf("err = %v", err)
+			case !tc.refused && res.Source != 2:
+				t.Errorf("source = %d, want v2", res.Source)
+			}
+			equalMaps(t, snapshotTree(t, v3), before)
+		})
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -79,6 +80,12 @@ func readMarker(dir *os.File, v nodeid.Version) (Marker, error) {
 		InitializedFrom *nodeid.Version `json:"initializedFrom"`
 	}
 	if err := decodeStrict(b, &w); err != nil {
+		// Empty, or a prefix of JSON: a crash while the marker was written
+		// (Camunda creates it, then writes it). Such a directory was never
+		// complete in any format, so it counts as having no marker.
+		if len(bytes.TrimSpace(b)) == 0 || errors.Is(err, io.ErrUnexpectedEOF) {
+			return Marker{}, fmt.Errorf("%w: %s is incomplete", errNoMarker, name)
+		}
 		return Marker{}, fmt.Errorf("%w: %s: %v", errBadMarker, name, err)
 	}
 	if w.Version == nil || w.InitializedAt == nil {
