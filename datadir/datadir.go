@@ -11,7 +11,8 @@
 //
 // Files are hard-linked where sharing them cannot hurt: all files when the
 // previous holder released its lease gracefully (it has stopped writing),
-// otherwise only files matching Options.Immutable. Everything else is copied,
+// otherwise only files matching Options.Immutable or Options.Rules (for
+// example the zeebe preset, Camunda 8.9's own rules). Everything else is copied,
 // because a stale holder may still write it.
 package datadir
 
