@@ -4,13 +4,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"strconv"
 	"strings"
 	"time"
 )
 
-// User-metadata keys of a lease object (S3 returns them lowercased).
+// User-metadata keys of a lease object (S3 returns them lowercased). The
+// first three are Camunda's and mean the same there; Camunda ignores the
+// others.
 const (
 	MetaTaskID     = "taskid"
 	MetaVersion    = "version"
@@ -18,6 +19,13 @@ const (
 	// MetaForced marks a release written by an operator (release --force)
 	// rather than by the holder: its successor copies instead of linking.
 	MetaForced = "forced"
+	// MetaNonce repeats the write's nonce for people and HEAD requests; the
+	// body's copy is the one that counts (see nonce.go).
+	MetaNonce = "nonce"
+	// MetaLeaseDuration is the writer's lease duration in milliseconds.
+	MetaLeaseDuration = "leaseduration"
+	// MetaWriter names the task that wrote a released or never-held lease.
+	MetaWriter = "writer"
 )
 
 // MaxLeaseBodySize bounds what is read from a lease object: a real lease is a
@@ -36,6 +44,13 @@ const MaxLeaseBodySize = 64 << 10
 // with the same body (the ABA problem). With a nonce in every body no two
 // writes of an object share an ETag, and a compare-and-swap on the ETag is a
 // compare-and-swap on the whole history.
+//
+// The object is what Camunda 8.9's provider writes and reads (docs/design.md,
+// "The lease object, field by field"): a held body is exactly Camunda's JSON
+// document, a released one is the JSON literal null (Camunda: no lease), and
+// what only this tool needs (nonce, lease duration, writer) is in user
+// metadata and in whitespace after the JSON value, where Camunda's strict
+// parser does not look.
 type Lease struct {
 	// TaskID identifies the holder; empty when released.
 	TaskID string
@@ -44,16 +59,17 @@ type Lease struct {
 	Writer string
 	// Instance is the node ID and the version (fencing token) of this tenure.
 	Instance NodeInstance
-	// Expires is the holder's wall-clock estimate of its expiry (for a
-	// released lease: when it was written). It is written for humans and for
-	// compatibility only: no decision of the protocol reads it, because
-	// another machine's wall clock is not ours.
+	// Expires is the holder's wall-clock estimate of its expiry, written as
+	// the body's timestamp (zero for a released lease). No decision of this
+	// tool reads it, because another machine's wall clock is not ours;
+	// Camunda's provider does, which is why it must not be early.
 	Expires time.Time
 	// Duration is the holder's lease duration; waiters use the larger of it
-	// and their own.
+	// and their own. Zero when the writer did not record one (Camunda).
 	Duration time.Duration
 	// Nonce is fresh in every write, so every write changes the ETag and a
-	// writer can recognise its own write after a lost answer.
+	// writer can recognise its own write after a lost answer. Empty in
+	// objects of other writers (Camunda).
 	Nonce string
 	// KnownVersions is the writer's view of every node's version.
 	KnownVersions VersionMappings
@@ -62,15 +78,20 @@ type Lease struct {
 	// Forced marks a released lease written by an operator, not by its
 	// holder: nothing proves the holder stopped writing.
 	Forced bool
-	// Legacy marks a lease read from an empty body: written before bodies
-	// carried a nonce, or by another tool. Every empty object has the same
-	// ETag, so such a state proves nothing about what happened before it;
-	// a successor copies rather than hard-links after it.
+	// Legacy marks a lease read from an empty body: a release or a bootstrap
+	// by Camunda's provider or an older version of this tool. Every empty
+	// object has the same ETag, so such a state proves nothing about what
+	// happened before it; a successor waits and copies rather than
+	// hard-links after it.
 	Legacy bool
 }
 
 // Held reports whether the lease names a holder.
 func (l Lease) Held() bool { return l.TaskID != "" }
+
+// Foreign reports whether a held lease was written by another tool
+// (Camunda's provider): it carries no nonce and no lease duration.
+func (l Lease) Foreign() bool { return l.Held() && l.Nonce == "" && l.Duration == 0 }
 
 // releasedSizeQuantum: the body of a released or never-held lease is padded
 // with spaces to a multiple of this size, and a held body never is. A listing
@@ -85,8 +106,10 @@ func sizeSuggestsReleased(size int64) bool {
 	return size == 0 || size%releasedSizeQuantum == 0
 }
 
-// leaseBody is the JSON body. Field names follow Camunda's lease format;
-// nonce and leaseDurationMs are ours.
+// leaseBody is the JSON body of a held lease: Camunda's document, field for
+// field. Nonce and LeaseDurationMs are only read, from bodies written by
+// earlier versions of this tool; Camunda rejects them, so they are never
+// written.
 type leaseBody struct {
 	TaskID               *string          `json:"taskId"`
 	Timestamp            *int64           `json:"timestamp"`
@@ -96,28 +119,37 @@ type leaseBody struct {
 	LeaseDurationMs      int64            `json:"leaseDurationMs,omitempty"`
 }
 
-// releasedWriterPlaceholder stands in the body of a released lease whose
-// writer is unknown (a legacy lease written back).
-const releasedWriterPlaceholder = "unknown"
+// releasedBody is the JSON value of a released or never-held lease: Camunda's
+// parser reads null as "no lease", the same as its own empty release, but
+// null leaves room for the nonce after it, which an empty body does not.
+const releasedBody = "null"
 
-// Encode returns the object body and user metadata for l. Every lease, held
-// or not, encodes as a JSON body; only a held one names a task in the
-// metadata.
+// Encode returns the object body and user metadata for l.
 func (l Lease) Encode() ([]byte, map[string]string) {
 	meta := map[string]string{
 		MetaTaskID:     l.TaskID,
 		MetaVersion:    strconv.FormatInt(int64(l.Instance.Version), 10),
 		MetaAcquirable: strconv.FormatBool(l.Acquirable),
 	}
-	if l.Forced && !l.Held() {
-		meta[MetaForced] = "true"
+	if l.Nonce != "" {
+		meta[MetaNonce] = l.Nonce
 	}
-	writer := l.TaskID
+	if l.Duration > 0 {
+		meta[MetaLeaseDuration] = strconv.FormatInt(l.Duration.Milliseconds(), 10)
+	}
 	if !l.Held() {
-		writer = l.Writer
-		if writer == "" {
-			writer = releasedWriterPlaceholder
+		if l.Forced {
+			meta[MetaForced] = "true"
 		}
+		if l.Writer != "" {
+			meta[MetaWriter] = l.Writer
+		}
+		if bugOn(bugNoNonce) {
+			return nil, meta // as before bodies had nonces: every such object has one ETag
+		}
+		body := appendNonce([]byte(releasedBody), l.Nonce)
+		pad := (releasedSizeQuantum - len(body)%releasedSizeQuantum) % releasedSizeQuantum
+		return append(body, bytes.Repeat([]byte{' '}, pad)...), meta
 	}
 	ts := l.Expires.UnixMilli()
 	inst := l.Instance
@@ -125,26 +157,20 @@ func (l Lease) Encode() ([]byte, map[string]string) {
 	if known == nil {
 		known = VersionMappings{}
 	}
+	task := l.TaskID
 	body, err := json.Marshal(leaseBody{
-		TaskID:               &writer,
+		TaskID:               &task,
 		Timestamp:            &ts,
 		NodeInstance:         &inst,
 		KnownVersionMappings: &known,
-		Nonce:                l.Nonce,
-		LeaseDurationMs:      l.Duration.Milliseconds(),
 	})
 	if err != nil {
 		// Only maps with int keys and plain values are marshalled: this
 		// cannot fail, and a lease we cannot write is a programming error.
 		panic(fmt.Sprintf("nodeid: encode lease: %v", err))
 	}
-	switch {
-	case !l.Held() && bugOn(bugNoNonce):
-		return nil, meta // as before bodies had nonces: every such object has one ETag
-	case !l.Held():
-		pad := (releasedSizeQuantum - len(body)%releasedSizeQuantum) % releasedSizeQuantum
-		body = append(body, bytes.Repeat([]byte{' '}, pad)...)
-	case len(body)%releasedSizeQuantum == 0:
+	body = appendNonce(body, l.Nonce)
+	if len(body)%releasedSizeQuantum == 0 {
 		body = append(body, ' ')
 	}
 	return body, meta
@@ -153,6 +179,11 @@ func (l Lease) Encode() ([]byte, map[string]string) {
 // DecodeLease parses the object of node id. It never panics; anything that is
 // not a well-formed lease of this id, with body and metadata agreeing, is
 // reported as ErrCorruptLease.
+//
+// It reads every form Camunda 8.9's provider writes (an empty body without
+// metadata from its bootstrap, an empty body with metadata from its release,
+// its held JSON) and every form this tool wrote before (nonce and lease
+// duration as body fields, released leases as padded JSON).
 func DecodeLease(id int, body []byte, meta map[string]string) (Lease, error) {
 	corrupt := func(format string, args ...any) (Lease, error) {
 		return Lease{}, fmt.Errorf("%w: node %d: %s", ErrCorruptLease, id, fmt.Sprintf(format, args...))
@@ -160,6 +191,14 @@ func DecodeLease(id int, body []byte, meta map[string]string) (Lease, error) {
 	m := make(map[string]string, len(meta))
 	for k, v := range meta {
 		m[strings.ToLower(k)] = v
+	}
+	if len(body) > MaxLeaseBodySize {
+		return corrupt("body of %d bytes is too large", len(body))
+	}
+	empty := len(bytes.TrimSpace(body)) == 0
+	if empty && len(m) == 0 {
+		// Camunda's bootstrap: created with no metadata, never held.
+		return Lease{Instance: NodeInstance{ID: id}, Acquirable: true, Legacy: true}, nil
 	}
 	versionText, ok := m[MetaVersion]
 	if !ok {
@@ -182,25 +221,45 @@ func DecodeLease(id int, body []byte, meta map[string]string) (Lease, error) {
 			return corrupt("metadata %s=%q is not a boolean", MetaForced, f)
 		}
 	}
+	var duration time.Duration
+	if d, ok := m[MetaLeaseDuration]; ok {
+		ms, err := strconv.ParseInt(d, 10, 64)
+		if err != nil || ms < 0 {
+			return corrupt("metadata %s=%q is not a duration in milliseconds", MetaLeaseDuration, d)
+		}
+		duration = time.Duration(ms) * time.Millisecond
+	}
+	inst := NodeInstance{ID: id, Version: Version(version)}
 
-	if len(bytes.TrimSpace(body)) == 0 {
+	if empty {
 		if metaTask != "" {
 			return corrupt("empty body but metadata %s=%q", MetaTaskID, metaTask)
 		}
-		return Lease{Instance: NodeInstance{ID: id, Version: Version(version)}, Acquirable: acquirable, Legacy: true, Forced: forced}, nil
+		return Lease{Instance: inst, Acquirable: acquirable, Legacy: true, Forced: forced, Writer: m[MetaWriter], Duration: duration}, nil
 	}
-	if len(body) > MaxLeaseBodySize {
-		return corrupt("body of %d bytes is too large", len(body))
+
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	var raw json.RawMessage
+	if err := dec.Decode(&raw); err != nil {
+		return corrupt("body: %v", err)
+	}
+	nonce, err := readNonce(body[dec.InputOffset():])
+	if err != nil {
+		return corrupt("body: %v", err)
+	}
+	if string(raw) == releasedBody {
+		if metaTask != "" {
+			return corrupt("released body but metadata %s=%q", MetaTaskID, metaTask)
+		}
+		return Lease{Instance: inst, Acquirable: acquirable, Forced: forced, Writer: m[MetaWriter], Duration: duration, Nonce: nonce}, nil
 	}
 
 	var b leaseBody
-	dec := json.NewDecoder(bytes.NewReader(body))
+	dec = json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&b); err != nil {
 		return corrupt("body: %v", err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return corrupt("body: trailing data")
 	}
 	held := metaTask != ""
 	switch {
@@ -223,17 +282,25 @@ func DecodeLease(id int, body []byte, meta map[string]string) (Lease, error) {
 	case b.LeaseDurationMs < 0:
 		return corrupt("body: negative leaseDurationMs")
 	}
+	if nonce == "" {
+		nonce = b.Nonce // written by an earlier version of this tool
+	}
+	if duration == 0 {
+		duration = time.Duration(b.LeaseDurationMs) * time.Millisecond
+	}
 	l := Lease{
 		Instance:   *b.NodeInstance,
 		Expires:    time.UnixMilli(*b.Timestamp),
-		Duration:   time.Duration(b.LeaseDurationMs) * time.Millisecond,
-		Nonce:      b.Nonce,
+		Duration:   duration,
+		Nonce:      nonce,
 		Acquirable: acquirable,
 		Forced:     forced && !held,
 	}
 	if held {
 		l.TaskID = *b.TaskID
 	} else {
+		// A released lease as earlier versions wrote it: the body named
+		// its writer.
 		l.Writer = *b.TaskID
 	}
 	if b.KnownVersionMappings != nil {

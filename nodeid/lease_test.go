@@ -21,17 +21,26 @@ func TestLeaseRoundTrip(t *testing.T) {
 		Acquirable:    true,
 	}
 	body, meta := in.Encode()
-	if meta["taskid"] != in.TaskID || meta["version"] != "7" || meta["acquirable"] != "true" {
+	if meta["taskid"] != in.TaskID || meta["version"] != "7" || meta["acquirable"] != "true" ||
+		meta["nonce"] != "00ff" || meta["leaseduration"] != "15000" {
 		t.Fatalf("metadata %v", meta)
 	}
+	// Camunda's parser rejects any field it does not know: the body has
+	// exactly its four, and what only we need is in metadata and whitespace.
 	var generic map[string]any
 	if err := json.Unmarshal(body, &generic); err != nil {
 		t.Fatal(err)
 	}
-	for _, field := range []string{"taskId", "timestamp", "nodeInstance", "knownVersionMappings", "nonce", "leaseDurationMs"} {
+	if len(generic) != 4 {
+		t.Errorf("body has %d fields, want Camunda's 4: %s", len(generic), body)
+	}
+	for _, field := range []string{"taskId", "timestamp", "nodeInstance", "knownVersionMappings"} {
 		if _, ok := generic[field]; !ok {
 			t.Errorf("body lacks %q: %s", field, body)
 		}
+	}
+	if strings.Contains(string(body), "00ff") {
+		t.Errorf("nonce written as text in the body: %s", body)
 	}
 	if !strings.Contains(string(body), `"mappingsByNodeId":{"0":3,"2":7}`) {
 		t.Errorf("mappings not in Camunda's wire form: %s", body)
@@ -53,11 +62,15 @@ func TestReleasedLeaseHasAUniquePaddedBodyKeepingTheVersion(t *testing.T) {
 	if len(body) == 0 || len(body)%512 != 0 || meta["taskid"] != "" || meta["version"] != "9" || meta["acquirable"] != "true" {
 		t.Fatalf("released lease encodes as %q %v", body, meta)
 	}
+	// Camunda reads the JSON literal null as "no lease": released.
+	if strings.TrimSpace(string(body)) != "null" {
+		t.Fatalf("released body is %q, want null and whitespace", body)
+	}
 	rel.Nonce = "n2"
 	if other, _ := rel.Encode(); string(other) == string(body) {
 		t.Fatal("two releases of one version with different nonces have the same body, so the same ETag")
 	}
-	l, err := nodeid.DecodeLease(4, body, map[string]string{"Taskid": "", "Version": "9"}) // any key case; acquirable missing = true
+	l, err := nodeid.DecodeLease(4, body, map[string]string{"Taskid": "", "Version": "9", "Writer": "t1"}) // any key case; acquirable missing = true
 	if err != nil || l.Held() || l.Legacy || l.Writer != "t1" || l.Instance.Version != 9 || !l.Acquirable || l.Nonce != "n1" {
 		t.Fatalf("decoded %+v, %v", l, err)
 	}
