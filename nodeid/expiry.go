@@ -51,3 +51,24 @@ func (o observations) unchangedFor(id int, etag string, now time.Time) time.Dura
 	}
 	return now.Sub(cur.arrived)
 }
+
+// maxClaimedDuration bounds ClaimedDuration: a timestamp years ahead (a
+// broken clock) must not block a node ID for years.
+const maxClaimedDuration = time.Hour
+
+// ClaimedDuration is the lease duration a held lease of another tool claims
+// (Camunda's provider writes no duration, only an expiry timestamp by its
+// own clock): the timestamp less the object's Last-Modified (server clock),
+// plus the second Last-Modified drops. It compares two machines' clocks, so
+// it may only ever lengthen a wait, never shorten one: waiters use the
+// largest of it, their own duration and the cluster's. With synchronised
+// clocks it is the holder's real duration, so a task with a shorter lease
+// does not take a live Camunda lease between two of its renewals.
+func (rec Record) ClaimedDuration() time.Duration {
+	l := rec.Lease
+	if !l.Foreign() || rec.LastModified.IsZero() || l.Expires.IsZero() {
+		return 0
+	}
+	d := l.Expires.Sub(rec.LastModified) + ServerClockGranularity
+	return min(max(d, 0), maxClaimedDuration)
+}

@@ -630,7 +630,10 @@ func (p *Provider) judge(ctx context.Context, rec Record, arrived time.Time) (fr
 	// or recreated by a task with a shorter one): the cluster's, recorded in
 	// the marker, is a floor that no task exceeds (Acquire refuses one that
 	// would).
-	lease := max(l.Duration, p.cfg.LeaseDuration, marker.LeaseDuration)
+	//
+	// A lease of Camunda's provider records no duration; the one its
+	// timestamp claims is a floor too (see Record.ClaimedDuration).
+	lease := max(l.Duration, p.cfg.LeaseDuration, marker.LeaseDuration, rec.ClaimedDuration())
 	if ExpiredByServerClock(rec.LastModified, rec.ServerDate, lease) {
 		return true, false
 	}
@@ -1134,7 +1137,7 @@ func (p *Provider) refresh() {
 		if !rec.Lease.Held() {
 			continue
 		}
-		live := !ExpiredByServerClock(rec.LastModified, rec.ServerDate, max(rec.Lease.Duration, p.cfg.LeaseDuration))
+		live := !ExpiredByServerClock(rec.LastModified, rec.ServerDate, max(rec.Lease.Duration, p.cfg.LeaseDuration, rec.ClaimedDuration()))
 		if live && rec.Lease.KnownVersions[inst.ID] < inst.Version {
 			peersKnow = false
 		}

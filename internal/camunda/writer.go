@@ -283,7 +283,9 @@ func (b *Broker) Renew(ctx context.Context) error {
 // Run renews every LeaseDuration/3 (Camunda's fixed rate, by elapsed time,
 // not by the possibly skewed wall clock) until ctx is done, returning nil,
 // or a renewal fails: then it sends the error on lost, if not nil, and
-// returns it.
+// returns it. A renewal under way when ctx ends is finished (each request
+// has its own timeout), so the broker still holds the lease afterwards and
+// Release can give it back, as Camunda's shutdown does.
 func (b *Broker) Run(ctx context.Context, lost chan<- error) error {
 	t := time.NewTicker(b.LeaseDuration / 3)
 	defer t.Stop()
@@ -293,13 +295,7 @@ func (b *Broker) Run(ctx context.Context, lost chan<- error) error {
 			return nil
 		case <-t.C:
 		}
-		if err := b.Renew(ctx); err != nil {
-			if ctx.Err() != nil {
-				// Shutting down, not a loss; the renewal may or may not
-				// have been written, so the broker no longer holds the
-				// lease and Release does nothing (it would get a 412).
-				return nil
-			}
+		if err := b.Renew(context.WithoutCancel(ctx)); err != nil {
 			if lost != nil {
 				lost <- err
 			}
