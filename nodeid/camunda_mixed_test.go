@@ -194,3 +194,25 @@ func TestCamundaClockAheadByLessThanTheMarginNeverTakesANodeidLease(t *testing.T
 		t.Fatal("the nodeid holder lost its lease")
 	}
 }
+
+// The timestamp Camunda reads is the later of the provider's clock and the
+// system's wall clock, plus L: a wall clock stepped forward after start (the
+// provider's clock then lags) must not make the timestamp early.
+func TestHeldTimestampIsTheLaterOfBothWallClocks(t *testing.T) {
+	for _, step := range []time.Duration{time.Hour, -time.Hour} {
+		srv := s3test.NewFake(t)
+		cfg := fastConfig(t, "stamp", 1, nil)
+		cfg.Wall = func() time.Time { return time.Now().Add(step) }
+		p := newProvider(t, rootRepo(t, srv), cfg)
+		before := time.Now()
+		acquire(t, p, 15*time.Second)
+		s, _, err := camunda.Get(context.Background(), srv.Client(t), srv.Bucket, 0, 0)
+		if err != nil || !s.Initialized {
+			t.Fatalf("%v, %v", s, err)
+		}
+		want := before.Add(max(step, 0) + cfg.LeaseDuration)
+		if got := time.UnixMilli(s.Expiry); got.Before(want.Add(-time.Millisecond)) || got.After(want.Add(10*time.Second)) {
+			t.Errorf("wall clock stepped %v: timestamp %v, want about %v", step, got, want)
+		}
+	}
+}

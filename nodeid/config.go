@@ -89,8 +89,16 @@ type Config struct {
 	// provider's goroutines and outside its lock. It must not block.
 	OnEvent func(Event)
 
-	// Clock, Logger and Rand are for tests and simulations.
-	Clock  clock.Clock // default clock.Real()
+	// Clock, Wall, Logger and Rand are for tests and simulations.
+	Clock clock.Clock // default clock.Real()
+	// Wall is the system's wall clock, read only for the expiry timestamp
+	// a held lease's body carries, which Camunda's provider compares with
+	// its own wall clock (this tool never decides by it). Clock.Now is the
+	// wall clock at start plus the time since, and drifts from the system's
+	// if the system's is stepped later; the later of the two is written, so
+	// the timestamp is not early if either is right. Default: time.Now with
+	// the real Clock, Clock.Now with an injected one (deterministic tests).
+	Wall   func() time.Time
 	Logger *slog.Logger
 	Rand   *rand.Rand // jitter, start offsets and nonces; default seeded randomly
 }
@@ -118,8 +126,14 @@ func (c Config) withDefaults() Config {
 	if c.Strategy == "" {
 		c.Strategy = StrategySpread
 	}
+	if c.Wall == nil && c.Clock == nil {
+		c.Wall = time.Now
+	}
 	if c.Clock == nil {
 		c.Clock = clock.Real()
+	}
+	if c.Wall == nil {
+		c.Wall = c.Clock.Now
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -758,12 +758,24 @@ func (p *Provider) newLease(inst NodeInstance, known VersionMappings) Lease {
 	return Lease{
 		TaskID:        p.cfg.TaskID,
 		Instance:      inst,
-		Expires:       p.cfg.Clock.Now().Add(p.cfg.LeaseDuration),
+		Expires:       p.expiryStamp(),
 		Duration:      p.cfg.LeaseDuration,
 		Nonce:         p.nonce(),
 		KnownVersions: known,
 		Acquirable:    true,
 	}
+}
+
+// expiryStamp is the timestamp of a lease written now: when it expires by
+// the wall clock, for readers that judge by wall clocks (Camunda's provider).
+// Our holder stops m before it by its own clock, which is what keeps such a
+// reader with a clock up to m ahead from taking a live lease.
+func (p *Provider) expiryStamp() time.Time {
+	now := p.cfg.Clock.Now()
+	if w := p.cfg.Wall(); w.After(now) {
+		now = w
+	}
+	return now.Add(p.cfg.LeaseDuration)
 }
 
 // startLoops starts the goroutines of a held lease; the first renewal is
@@ -862,7 +874,7 @@ func (p *Provider) recreateDeleted(inst NodeInstance, etag string, deadline time
 	l := Lease{
 		TaskID:        recreatedPrefix + p.cfg.TaskID,
 		Instance:      inst,
-		Expires:       p.cfg.Clock.Now().Add(p.cfg.LeaseDuration),
+		Expires:       p.expiryStamp(),
 		Duration:      p.cfg.LeaseDuration,
 		Nonce:         p.nonce(),
 		KnownVersions: p.KnownVersions(),
