@@ -5,7 +5,7 @@ GOBIN := $(shell $(GO) env GOPATH)/bin
 VERSITYGW_VERSION := v1.8.0
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build demo test test-short lint versitygw bench bench-datadir chaos clean sim sim-teeth fuzz docs-check
+.PHONY: all build demo test test-short lint versitygw test-tools bench bench-datadir chaos clean sim sim-teeth fuzz docs-check
 
 all: build test
 
@@ -26,9 +26,19 @@ versitygw:
 		echo "installing versitygw $(VERSITYGW_VERSION) (about 90 s)"; \
 		$(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION); fi
 
+## test-tools: Debian packages some tests need, installed when missing (root):
+## strace (a datadir crash test stops Prepare at an exact system call), javac and
+## the Jackson jars (internal/camunda checks Camunda's reading rules with the real parser)
+test-tools:
+	@missing=""; command -v strace >/dev/null 2>&1 || missing="$$missing strace"; \
+	{ command -v javac >/dev/null 2>&1 && [ -f /usr/share/java/jackson-databind.jar ]; } || missing="$$missing default-jdk-headless libjackson2-databind-java"; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" != 0 ]; then echo "make test needs the Debian packages:$$missing (run as root, or install them)"; exit 1; fi; \
+		echo "installing$$missing"; apt-get update -qq && apt-get install -y -qq $$missing; fi
+
 ## test: every test, with the race detector, unit tests on gofakes3 and
 ## integration tests on a real VersityGW started by the tests on loopback
-test: versitygw
+test: versitygw test-tools
 	CI=$${CI:-true} $(GO) test -race -count=1 ./...
 
 ## test-short: the tests without installing VersityGW (its tests skip when it is missing)
