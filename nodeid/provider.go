@@ -712,11 +712,13 @@ func (p *Provider) take(ctx context.Context, rec Record, graceful bool) (NodeIns
 	inst := NodeInstance{ID: rec.ID, Version: p.acqKnown[rec.ID] + 1}
 	known := p.acqKnown.Clone()
 	known.Observe(inst.ID, inst.Version)
-	lease := p.newLease(inst, known)
+	// The deadline and the timestamp both count from sent, read before the
+	// body is built: a pause in between only makes the deadline earlier.
+	sent := p.cfg.Clock.Now()
+	lease := p.newLease(inst, known, sent)
 
 	p.stats.acquireAttempts.Add(1)
 	p.emit(Event{Kind: EventAcquireAttempt, Instance: inst})
-	sent := p.cfg.Clock.Now()
 	wctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
 	etag, err := p.repo.Write(wctx, lease, rec.ETag)
 	cancel()
@@ -754,11 +756,13 @@ func (p *Provider) take(ctx context.Context, rec Record, graceful bool) (NodeIns
 	return inst, true
 }
 
-func (p *Provider) newLease(inst NodeInstance, known VersionMappings) Lease {
+// newLease is our lease of inst, to be sent at sent: the moment our deadline
+// will count from, so its timestamp is not earlier than the deadline.
+func (p *Provider) newLease(inst NodeInstance, known VersionMappings, sent time.Time) Lease {
 	return Lease{
 		TaskID:        p.cfg.TaskID,
 		Instance:      inst,
-		Expires:       p.expiryStamp(),
+		Expires:       p.expiryStamp(sent),
 		Duration:      p.cfg.LeaseDuration,
 		Nonce:         p.nonce(),
 		KnownVersions: known,
@@ -766,16 +770,17 @@ func (p *Provider) newLease(inst NodeInstance, known VersionMappings) Lease {
 	}
 }
 
-// expiryStamp is the timestamp of a lease written now: when it expires by
-// the wall clock, for readers that judge by wall clocks (Camunda's provider).
-// Our holder stops m before it by its own clock, which is what keeps such a
-// reader with a clock up to m ahead from taking a live lease.
-func (p *Provider) expiryStamp() time.Time {
-	now := p.cfg.Clock.Now()
-	if w := p.cfg.Wall(); w.After(now) {
-		now = w
+// expiryStamp is the timestamp of a lease whose deadline counts from sent:
+// when it expires by the wall clock, for readers that judge by wall clocks
+// (Camunda's provider). Our holder stops m before it by its own clock, which
+// is what keeps such a reader with a clock up to m ahead from taking a live
+// lease. The system wall clock is read after sent, so a pause in between
+// only makes the timestamp later.
+func (p *Provider) expiryStamp(sent time.Time) time.Time {
+	if w := p.cfg.Wall(); w.After(sent) {
+		sent = w
 	}
-	return now.Add(p.cfg.LeaseDuration)
+	return sent.Add(p.cfg.LeaseDuration)
 }
 
 // startLoops starts the goroutines of a held lease; the first renewal is
@@ -817,11 +822,11 @@ func (p *Provider) renew() (time.Duration, bool) {
 		p.mu.Unlock()
 		return 0, false
 	}
-	lease := p.newLease(p.instance, p.known.Clone())
+	sent := p.cfg.Clock.Now()
+	lease := p.newLease(p.instance, p.known.Clone(), sent)
 	etag, deadline := p.etag, p.deadline
 	p.mu.Unlock()
 
-	sent := p.cfg.Clock.Now()
 	if !sent.Before(deadline) && !bugOn(bugRenewAfterDeadline) {
 		// Woken after the deadline (a paused process, a starved goroutine):
 		// never send a renewal for a lease we no longer hold.
@@ -874,7 +879,7 @@ func (p *Provider) recreateDeleted(inst NodeInstance, etag string, deadline time
 	l := Lease{
 		TaskID:        recreatedPrefix + p.cfg.TaskID,
 		Instance:      inst,
-		Expires:       p.expiryStamp(),
+		Expires:       p.expiryStamp(p.cfg.Clock.Now()),
 		Duration:      p.cfg.LeaseDuration,
 		Nonce:         p.nonce(),
 		KnownVersions: p.KnownVersions(),

@@ -326,10 +326,11 @@ func scale(ctx context.Context, repo Repository, size int, taskID string, leaseD
 	if err != nil {
 		return err
 	}
+	known := surveyLeases(ctx, repo, listing, 0).known
 	for _, s := range listing.Slots {
 		want := s.ID < size
 		for attempt := 0; ; attempt++ {
-			err := setAcquirable(ctx, repo, s.ID, want, taskID, nonce)
+			err := setAcquirable(ctx, repo, s.ID, want, taskID, nonce, known)
 			if err == nil || errors.Is(err, ErrCorruptLease) {
 				break
 			}
@@ -342,7 +343,7 @@ func scale(ctx context.Context, repo Repository, size int, taskID string, leaseD
 	return nil
 }
 
-func setAcquirable(ctx context.Context, repo Repository, id int, acquirable bool, taskID string, nonce func() string) error {
+func setAcquirable(ctx context.Context, repo Repository, id int, acquirable bool, taskID string, nonce func() string, known VersionMappings) error {
 	rec, err := repo.Get(ctx, id)
 	if err != nil {
 		return err
@@ -358,11 +359,26 @@ func setAcquirable(ctx context.Context, repo Repository, id int, acquirable bool
 			// A legacy release written back in this format must not start
 			// to count as graceful.
 			l.Forced = l.Forced || l.Legacy
+			if l.Legacy {
+				l.Instance.Version = aboveLegacy(l.Instance.Version, known[id])
+			}
 			l.Writer, l.Expires, l.Legacy = taskID, time.Now(), false
 		}
 	}
 	_, err = repo.Write(ctx, l, rec.ETag)
 	return err
+}
+
+// aboveLegacy is the version to write over a legacy (empty) object read at
+// version v, with known the highest version any lease records for it. Every
+// empty body has one ETag, so the If-Match also lands on a later empty state:
+// after a whole tenure of a writer of empty bodies (Camunda's provider) that
+// took v+1 and released. Writing the version kept would lower the object,
+// and the next taker would hand out v+1 again; one above every version known
+// keeps it from going down after one such tenure (docs/design.md, "Mixed
+// operation with Camunda 8.9").
+func aboveLegacy(v, known Version) Version {
+	return min(max(v, known)+1, MaxVersion)
 }
 
 // ErrVersionUnknown is returned by ForceRelease when the object of the node
@@ -401,6 +417,9 @@ func ForceRelease(ctx context.Context, repo Repository, id int, atLeast Version,
 			what = "corrupt"
 		}
 		return 0, fmt.Errorf("%w: the object of node %d is %s and no peer knows its version; give the version explicitly", ErrVersionUnknown, id, what)
+	}
+	if err == nil && rec.Lease.Legacy {
+		v = aboveLegacy(v, 0)
 	}
 	released := Lease{
 		Writer:     taskID,
