@@ -135,6 +135,30 @@ func (m Marker) MarshalJSON() ([]byte, error) {
 	return fmt.Appendf(nil, `{"initializedAt":%d,"version":%d,"initializedFrom":%s}`, ms, int64(m.Version), from), nil
 }
 
+// UnmarshalJSON reads both forms of initializedAt: Camunda's epoch
+// milliseconds and the RFC 3339 string of earlier releases. It checks no
+// more than the JSON; whether a marker makes its directory valid is for
+// Prepare (readMarker) to decide.
+func (m *Marker) UnmarshalJSON(b []byte) error {
+	var w struct {
+		InitializedAt   json.RawMessage `json:"initializedAt"`
+		Version         nodeid.Version  `json:"version"`
+		InitializedFrom *nodeid.Version `json:"initializedFrom"`
+	}
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	var at time.Time
+	if len(w.InitializedAt) > 0 && string(w.InitializedAt) != "null" {
+		var err error
+		if at, err = parseInitializedAt(w.InitializedAt); err != nil {
+			return fmt.Errorf("initializedAt: %w", err)
+		}
+	}
+	*m = Marker{InitializedAt: at, Version: w.Version, InitializedFrom: w.InitializedFrom}
+	return nil
+}
+
 // writeMarker creates the marker in the version directory dir exclusively,
 // so two preparations of the same directory cannot both succeed, and syncs
 // it and dir so that the marker survives a crash once writeMarker returns.

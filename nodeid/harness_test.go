@@ -159,10 +159,12 @@ func deleteRaw(t testing.TB, srv *s3test.Server, key string) {
 }
 
 // foreignLease is the body of a lease written by someone else, as the chaos
-// lease-overwrite experiment writes it.
+// lease-overwrite experiment writes it: with a timestamp of now, so the
+// duration it claims (Record.ClaimedDuration) is about a second and waiters
+// judge it by the lease durations under test.
 func foreignLease(task string, id int, version int64) (string, map[string]string) {
 	body := fmt.Sprintf(`{"taskId":%q,"timestamp":%d,"nodeInstance":{"id":%d,"version":%d},"knownVersionMappings":{"mappingsByNodeId":{}}}`,
-		task, time.Now().Add(time.Hour).UnixMilli(), id, version)
+		task, time.Now().UnixMilli(), id, version)
 	return body, map[string]string{"taskid": task, "version": fmt.Sprint(version), "acquirable": "true"}
 }
 
