@@ -292,6 +292,7 @@ func (w *simWorld) prepareCamunda(t *simTask, inst NodeInstance) {
 		dirs[k] = d
 	}
 	if d.stamp < w.newest[n] {
+		t.forked = true
 		w.weakness("node %d: Camunda %s's tenure v%d starts from %s (data write #%d), older than the newest complete data (#%d): data lost", n, t.name, k, from, d.stamp, w.newest[n])
 	}
 	w.lastTenure[n] = t
