@@ -633,7 +633,11 @@ func (p *Provider) judge(ctx context.Context, rec Record, arrived time.Time) (fr
 	//
 	// A lease of Camunda's provider records no duration; the one its
 	// timestamp claims is a floor too (see Record.ClaimedDuration).
-	lease := max(l.Duration, p.cfg.LeaseDuration, marker.LeaseDuration, rec.ClaimedDuration())
+	claimed := rec.ClaimedDuration()
+	if bugOn(bugIgnoreClaimedDuration) {
+		claimed = 0
+	}
+	lease := max(l.Duration, p.cfg.LeaseDuration, marker.LeaseDuration, claimed)
 	if ExpiredByServerClock(rec.LastModified, rec.ServerDate, lease) {
 		return true, false
 	}

@@ -8,10 +8,11 @@ package nodeid
 type simBug uint
 
 const (
-	bugNoMargin           simBug = 1 << iota // validity until s + L instead of s + L - m
-	bugWallClockExpiry                       // judge expiry by the holder's timestamp and our wall clock
-	bugRenewAfterDeadline                    // accept renewals answered after the deadline; no watchdog
-	bugNoNonce                               // released and never-held bodies empty: equal ETags (ABA)
-	bugScaleKeepsBody                        // Scale marks a released lease unusable without a new body
-	bugFreshFromAbsence                      // fresh = no held object seen; never-held taken without the marker
+	bugNoMargin              simBug = 1 << iota // validity until s + L instead of s + L - m
+	bugWallClockExpiry                          // judge expiry by the holder's timestamp and our wall clock
+	bugRenewAfterDeadline                       // accept renewals answered after the deadline; no watchdog
+	bugNoNonce                                  // released and never-held bodies empty: equal ETags (ABA)
+	bugScaleKeepsBody                           // Scale marks a released lease unusable without a new body
+	bugFreshFromAbsence                         // fresh = no held object seen; never-held taken without the marker
+	bugIgnoreClaimedDuration                    // a waiter ignores the duration a Camunda lease claims (Record.ClaimedDuration)
 )

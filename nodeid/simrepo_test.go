@@ -26,6 +26,8 @@ type simObject struct {
 	lastModified time.Time // server clock, whole seconds
 	lease        Lease     // decoded from body and meta
 	decoded      bool
+	// byCamunda: written by a Camunda broker (simcamunda_test.go).
+	byCamunda bool
 }
 
 // sameState reports whether two writes left the same content: If-Match
@@ -71,6 +73,14 @@ type simRequest struct {
 	// write sent before the loss may still land after it; that is physics,
 	// not a bug (the task no longer acts on it).
 	afterLoss bool
+	// raw: a Camunda broker's request (simcamunda_test.go): a write stores
+	// body and meta as they are, a read answers with them.
+	raw  bool
+	body []byte
+	meta map[string]string
+	// abaOnCamunda: this write's If-Match landed, through an ETag shared by
+	// two of Camunda's empty bodies, on a later state than the one read.
+	abaOnCamunda bool
 }
 
 type simReply struct {
@@ -80,6 +90,8 @@ type simReply struct {
 	etag    string
 	err     error
 	shows   map[string]*simObject // ETag -> the write the answer shows under it
+	body    []byte                // a raw read: the object as S3 returns it
+	meta    map[string]string
 }
 
 // simRepo is one task's view of the bucket: each call becomes a request in
@@ -204,6 +216,9 @@ func (w *simWorld) serve(req *simRequest, now time.Time) simReply {
 		if !ok {
 			return fail(ErrNotFound, 404)
 		}
+		if req.raw {
+			return simReply{etag: o.etag, body: bytes.Clone(o.body), meta: maps.Clone(o.meta), shows: map[string]*simObject{o.etag: o}}
+		}
 		rec := Record{Slot: Slot{ID: req.id, ETag: o.etag, LastModified: o.lastModified, Size: int64(len(o.body))}, ServerDate: date}
 		var err error
 		rec.Lease, err = DecodeLease(req.id, o.body, o.meta)
@@ -223,7 +238,14 @@ func (w *simWorld) serve(req *simRequest, now time.Time) simReply {
 			return fail(ErrPreconditionFailed, 412)
 		}
 		if read := req.task.seenAs(req.etag); read != nil && read != o && !sameState(read, o) {
-			w.violate("node %d: %s's If-Match on %s landed on another write than the one it read (ABA)", req.id, req.task.name, req.etag)
+			if read.byCamunda && o.byCamunda && len(read.body) == 0 && len(o.body) == 0 {
+				// Both states are Camunda's empty bodies (one ETag, the MD5
+				// of ""): Camunda's own ABA, condition 3 of mixed operation.
+				req.abaOnCamunda = true
+				w.weakness("node %d: %s's If-Match on %s landed on another of Camunda's empty bodies than the one it read (ABA on Camunda's release, v%s read, v%s found)", req.id, req.task.name, req.etag, read.meta[MetaVersion], o.meta[MetaVersion])
+			} else {
+				w.violate("node %d: %s's If-Match on %s landed on another write than the one it read (ABA)", req.id, req.task.name, req.etag)
+			}
 		}
 		o = w.store(req, now)
 		return simReply{etag: o.etag, shows: map[string]*simObject{o.etag: o}}
@@ -244,16 +266,19 @@ func (t *simTask) seenAs(etag string) *simObject {
 // store writes req's lease and checks the invariants of a write on the way.
 func (w *simWorld) store(req *simRequest, now time.Time) *simObject {
 	body, meta := req.lease.Encode()
-	o := &simObject{body: body, meta: meta, etag: w.etagOf(body), lastModified: now.Truncate(time.Second)}
+	if req.raw {
+		body, meta = req.body, req.meta
+	}
+	o := &simObject{body: body, meta: meta, etag: w.etagOf(body), lastModified: now.Truncate(time.Second), byCamunda: req.raw}
 	o.lease, o.decoded = decodeOK(req.id, body, meta)
 	prev := w.objects[req.id]
 	w.objects[req.id] = o
 	if t := req.task; t != nil && o.decoded {
 		l := o.lease
-		w.checkVersion(t, l, prev)
+		w.checkVersion(t, l, prev, req)
 		// A "recreated-by:" lease (a holder recreating its deleted object
 		// after its loss) stands for an unknown holder, not a tenure.
-		if l.Held() && l.TaskID == t.name && req.afterLoss {
+		if l.Held() && l.TaskID == t.name && req.afterLoss && t.cam == nil {
 			w.violate("task %s sent a write of a held lease of node %d after its tenure ended (%v)", t.name, l.Instance.ID, t.provider.Err())
 		}
 		if !t.admin && prev != nil && prev.meta[MetaAcquirable] == "false" {
@@ -276,11 +301,16 @@ func decodeOK(id int, body []byte, meta map[string]string) (Lease, bool) {
 // version of the node that was written and that the bucket has recorded
 // without a break since (in the node's object or in any object's
 // knownVersionMappings); see changed.
-func (w *simWorld) checkVersion(t *simTask, l Lease, prev *simObject) {
+func (w *simWorld) checkVersion(t *simTask, l Lease, prev *simObject, req *simRequest) {
 	id, v := l.Instance.ID, l.Instance.Version
 	floor := w.floor[id]
 	acquisition := l.TaskID == t.name && (prev == nil || prev.meta[MetaTaskID] != l.TaskID)
 	switch {
+	case acquisition && v <= floor && (t.cam != nil || req.abaOnCamunda):
+		// A Camunda broker takes the object's version + 1 and reads no other
+		// lease; a nodeid take that landed through Camunda's ABA takes the
+		// version of the Camunda tenure it did not see (condition 3).
+		w.weakness("node %d: %s acquired version %d, not above %d, which the bucket still records (%s)", id, t.name, v, floor, w.recordedWhere(id, floor))
 	case acquisition && v <= floor:
 		w.violate("node %d: task %s acquired version %d, not above %d, which the bucket still records (%s)", id, t.name, v, floor, w.recordedWhere(id, floor))
 	case v < floor && !strings.HasPrefix(l.TaskID, recreatedPrefix) && !(prev == nil && !l.Held() && v == 0) &&
@@ -353,6 +383,24 @@ func (w *simWorld) countWrite(t *simTask, l Lease, prev *simObject) {
 		return
 	}
 	was := prev.lease
+	if l.TaskID == t.name && was.TaskID != t.name { // a take: count the mixed ones
+		from := "nodeid"
+		if prev.byCamunda {
+			from = "Camunda"
+		}
+		switch {
+		case t.cam != nil && !prev.byCamunda || t.cam == nil && prev.byCamunda:
+			by := "nodeid"
+			if t.cam != nil {
+				by = "Camunda"
+			}
+			state := "held (expired)"
+			if !was.Held() {
+				state = "released or never held"
+			}
+			w.count(fmt.Sprintf("takes by %s of a %s lease %s", by, from, state))
+		}
+	}
 	switch {
 	case t.admin && was.Acquirable && !l.Acquirable && was.Held():
 		w.count("scale-downs of held IDs")
@@ -460,4 +508,17 @@ func describeReply(r simReply) string {
 		return "err " + s
 	}
 	return "ok " + r.etag
+}
+
+// rawGet is a Camunda broker's GET: the object's body, metadata and ETag as
+// S3 returns them.
+func (r *simRepo) rawGet(ctx context.Context, id int) (body []byte, meta map[string]string, etag string, err error) {
+	rep := r.call(ctx, &simRequest{op: opGet, id: id, raw: true})
+	return rep.body, rep.meta, rep.etag, rep.err
+}
+
+// rawPut is a Camunda broker's PUT of body and meta with If-Match ifMatch.
+func (r *simRepo) rawPut(ctx context.Context, id int, body []byte, meta map[string]string, ifMatch string) (string, error) {
+	rep := r.call(ctx, &simRequest{op: opWrite, id: id, raw: true, body: body, meta: meta, etag: ifMatch})
+	return rep.etag, rep.err
 }
