@@ -1,0 +1,242 @@
+package datadir
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nodeid/nodeid/nodeid"
+)
+
+// pauseAt is a slog.Handler that calls on(msg) synchronously when a record
+// with that message is logged: a way to pause Prepare at a line that logs,
+// through its public Options only.
+type pauseAt struct {
+	msg string
+	on  func()
+}
+
+func (p *pauseAt) Enabled(context.Context, slog.Level) bool { return true }
+func (p *pauseAt) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == p.msg && p.on != nil {
+		f := p.on
+		p.on = nil // once
+		f()
+	}
+	return nil
+}
+func (p *pauseAt) WithAttrs([]slog.Attr) slog.Handler { return p }
+func (p *pauseAt) WithGroup(string) slog.Handler      { return p }
+
+type prepResult struct {
+	dir string
+	res Result
+	err error
+}
+
+func goPrepare(root string, in nodeid.NodeInstance, opts Options) <-chan prepResult {
+	ch := make(chan prepResult, 1)
+	go func() {
+		dir, res, err := Prepare(context.Background(), root, in, opts)
+		ch <- prepResult{dir, res, err}
+	}()
+	return ch
+}
+
+func waitOr(t *testing.T, c <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-c:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("timeout waiting for %s", what)
+	}
+}
+
+// Invariant 3: two tasks that believe they hold the same version K (the case
+// ErrVersionUsed exists for) must not both proceed. Schedule:
+//
+//	A: Prepare(K) ... writes vK/.nodeid-preparing, starts the copy   (paused)
+//	B: Prepare(K): inspect vK -> "our leftover" (in-progress file names K and
+//	   our cluster), decides to remove and redo it                     (paused)
+//	A: finishes: marker, unlinks the in-progress file, returns the dir; its
+//	   broker starts writing there
+//	B: removes vK -- A's complete, valid, in-use directory -- recreates it,
+//	   and returns success too.
+//
+// Both return the same path; A's valid directory and the data A's broker
+// wrote are deleted by B. B should have refused (ErrVersionUsed): the
+// in-progress file cannot tell a crashed preparation of ours from a live one
+// of someone else holding the same version.
+func TestRevSameVersionInFlightIsDeletedAndBothProceed(t *testing.T) {
+	root := t.TempDir()
+	mustPrepare(t, root, inst(0, 1), Options{Cluster: clusterA})
+	writeFiles(t, Dir(root, inst(0, 1)), map[string]string{"log/segment-1": "data of v1"})
+
+	aInFlight, aGo := make(chan struct{}), make(chan struct{})
+	a := goPrepare(root, inst(0, 2), Options{Cluster: clusterA, Logger: slog.New(&pauseAt{
+		msg: "datadir: preparing from previous version",
+		on:  func() { close(aInFlight); <-aGo },
+	})})
+	waitOr(t, aInFlight, "A in flight")
+
+	bJudged, bGo := make(chan struct{}), make(chan struct{})
+	b := goPrepare(root, inst(0, 2), Options{Cluster: clusterA, Logger: slog.New(&pauseAt{
+		msg: "datadir: removing leftovers of an interrupted preparation",
+		on:  func() { close(bJudged); <-bGo },
+	})})
+	select {
+	case <-bJudged:
+	case r := <-b:
+		close(aGo)
+		<-a
+		t.Fatalf("B refused before touching A's directory (good): %v", r.err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("timeout")
+	}
+
+	close(aGo)
+	ra := <-a
+	if ra.err != nil {
+		t.Fatalf("A: %v", ra.err)
+	}
+	// A's broker starts and writes into its directory.
+	writeFiles(t, ra.dir, map[string]string{"log/segment-2": "written by A's broker"})
+	markerA, err := os.ReadFile(filepath.Join(ra.dir, MarkerName))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	close(bGo)
+	rb := <-b
+	t.Logf("A: dir=%s err=%v; B: dir=%s err=%v redone=%v", ra.dir, ra.err, rb.dir, rb.err, rb.res.Redone)
+	if rb.err == nil {
+		t.Errorf("both tasks holding version 2 proceeded into %s (B: Redone=%v); want B to refuse with ErrVersionUsed", rb.dir, rb.res.Redone)
+	} else if !errors.Is(rb.err, ErrVersionUsed) {
+		t.Errorf("B: err = %v, want ErrVersionUsed", rb.err)
+	}
+	if !exists(t, filepath.Join(ra.dir, "log/segment-2")) {
+		t.Errorf("data A's broker wrote into its valid directory was deleted by B")
+	}
+	if m, _ := os.ReadFile(filepath.Join(ra.dir, MarkerName)); string(m) != string(markerA) {
+		t.Errorf("A's marker %s was replaced by %s: A's complete directory was removed and prepared again", markerA, m)
+	}
+}
+
+// Invariant 3, typed error: the target appears (prepared by another task
+// holding the same version) between B's judgement and B's mkdir. B refuses,
+// but with an untyped mkdir error, which nodeid-init does not treat as a data
+// refusal: giveBack then releases the lease gracefully when B's predecessor
+// had (session.go), telling the successor to hard-link everything of the
+// newest directory -- the one A's broker is writing.
+func TestRevTargetCreatedAfterJudgementIsNotATypedRefusal(t *testing.T) {
+	root := t.TempDir()
+	// An unowned root, so that B logs its claim between judgement and mkdir.
+	makeVersion(t, root, 0, 1, map[string]string{"log/segment-1": "data of v1"}, 1)
+
+	var ra prepResult
+	b := goPrepare(root, inst(0, 2), Options{Cluster: clusterA, Logger: slog.New(&pauseAt{
+		msg: "datadir: data root claimed for this cluster",
+		on: func() {
+			dir, res, err := Prepare(context.Background(), root, inst(0, 2), Options{Cluster: clusterA, Logger: quiet})
+			ra = prepResult{dir, res, err}
+		},
+	})})
+	rb := <-b
+	if ra.err != nil {
+		t.Fatalf("A: %v", ra.err)
+	}
+	t.Logf("B: %v", rb.err)
+	if rb.err == nil {
+		t.Fatal("B proceeded too")
+	}
+	if !errors.Is(rb.err, ErrVersionUsed) {
+		t.Errorf("B: err = %v; want ErrVersionUsed (a typed refusal), the target is A's valid directory", rb.err)
+	}
+}
+
+// Invariant 1 under the zeebe preset: after an ungraceful takeover every
+// one-name regular file below snapshots/ is hard-linked. "Snapshots are
+// never modified once written" is trusted, not checked: a file the stale
+// holder still has open -- a snapshot it is receiving from the leader chunk
+// by chunk, or writing when the takeover happens -- has one name (st_nlink 1),
+// so the nlink rule lets it through, validation accepts the shared inode,
+// and the stale holder's later writes land in the successor's directory.
+func TestRevStaleHolderWritesIntoSuccessorThroughSnapshotLink(t *testing.T) {
+	root := t.TempDir()
+	src := makeVersion(t, root, 0, 4, map[string]string{"log/segment": "journal"}, 4)
+	// The stale holder (v4) is writing a snapshot file when it loses its lease.
+	pending := filepath.Join(src, "snapshots", "5-1-7-7-1", "000051.sst")
+	if err := os.MkdirAll(filepath.Dir(pending), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(pending, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString("chunk 1;"); err != nil {
+		t.Fatal(err)
+	}
+
+	dir, _ := mustPrepare(t, root, inst(0, 5), Options{Rules: zeebe(t)}) // ungraceful
+	rel := "snapshots/5-1-7-7-1/000051.sst"
+	before, err := os.ReadFile(filepath.Join(dir, rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The stale holder goes on writing through its descriptor.
+	if _, err := f.WriteString("chunk 2 from the stale holder"); err != nil {
+		t.Fatal(err)
+	}
+	after, err := os.ReadFile(filepath.Join(dir, rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(after) != string(before) {
+		t.Errorf("successor's %s changed after Prepare returned: %q -> %q (hard-linked to a file the stale holder was still writing)", rel, before, after)
+	}
+}
+
+// docs/datadir.md: the zeebe preset has "the same rules as Camunda 8.9's own
+// copier". Camunda's BrokerDataDirectoryCopier.isSnapshotFile links a file if
+// ANY segment of its path is "snapshots" or "bootstrap-snapshots"; the
+// preset only matches the top-level directories. In a Zeebe data directory
+// the snapshots live in raft-partition/partitions/<p>/snapshots/, so after a
+// crash the preset copies every snapshot file Camunda would link. (Safe --
+// copying is never less safe -- but the claim is not kept, and the
+// documented cost/benefit of the preset does not hold for Zeebe's layout.)
+func TestRevZeebePresetMatchesCamundasSnapshotRule(t *testing.T) {
+	root := t.TempDir()
+	rel := "raft-partition/partitions/1/snapshots/1-1-5-4/000042.sst"
+	src := makeVersion(t, root, 0, 4, map[string]string{rel: "snapshot sst"}, 4)
+	dir, res := mustPrepare(t, root, inst(0, 5), Options{Rules: zeebe(t)})
+	if !sameInode(t, src, dir, rel) {
+		t.Errorf("%s copied after a crash (filesCopied=%d, filesLinked=%d); Camunda's copier hard-links it", rel, res.FilesCopied, res.FilesLinked)
+	}
+}
+
+// docs/datadir.md, Ownership: adopting a root without nodeid-cluster.json "is
+// safe because ... a root without it has never been claimed, so there is
+// nobody it could be taken from". A root of an earlier release (RFC 3339
+// markers, no ownership file) is in use by cluster B; cluster A, pointed at
+// it by mistake, adopts it, copies B's data as its own and garbage-collects
+// B's older versions -- the very mix-up the ownership file exists to stop.
+// Only afterwards does B learn of it (ErrForeignCluster).
+func TestRevAdoptionTakesAnUnclaimedRootInUse(t *testing.T) {
+	root := t.TempDir()
+	for v := nodeid.Version(5); v <= 7; v++ {
+		makeVersion(t, root, 0, v, map[string]string{"log/segment": "cluster B's data at v" + itoa(v)}, v) // RFC 3339 markers: an earlier release
+	}
+	dir, res, err := Prepare(context.Background(), root, inst(0, 9), Options{Cluster: clusterA, Logger: quiet})
+	t.Logf("A: dir=%s source=%d removed=%v err=%v", dir, res.Source, res.Removed, err)
+	if err == nil {
+		t.Errorf("cluster A adopted a root in use by another cluster: copied v%d into %s and removed %v", res.Source, dir, res.Removed)
+	}
+	_, _, errB := Prepare(context.Background(), root, inst(0, 8), Options{Cluster: clusterB, Logger: quiet})
+	t.Logf("B afterwards: %v", errB)
+}
