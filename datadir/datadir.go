@@ -183,7 +183,7 @@ type config struct {
 func (o Options) config() (*config, error) {
 	c := &config{
 		graceful:      o.PreviousGraceful,
-		rules:         CopyRules{SkipSegment: slices.Clone(o.Rules.SkipSegment), LinkAfterCrash: slices.Clone(o.Rules.LinkAfterCrash)},
+		rules:         CopyRules{SkipSegment: slices.Clone(o.Rules.SkipSegment), LinkAfterCrashSegment: slices.Clone(o.Rules.LinkAfterCrashSegment)},
 		verifyContent: o.VerifyContent,
 		keep:          o.Keep,
 		dirMode:       o.DirMode,

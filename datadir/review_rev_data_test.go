@@ -202,24 +202,6 @@ func TestRevStaleHolderWritesIntoSuccessorThroughSnapshotLink(t *testing.T) {
 	}
 }
 
-// docs/datadir.md: the zeebe preset has "the same rules as Camunda 8.9's own
-// copier". Camunda's BrokerDataDirectoryCopier.isSnapshotFile links a file if
-// ANY segment of its path is "snapshots" or "bootstrap-snapshots"; the
-// preset only matches the top-level directories. In a Zeebe data directory
-// the snapshots live in raft-partition/partitions/<p>/snapshots/, so after a
-// crash the preset copies every snapshot file Camunda would link. (Safe --
-// copying is never less safe -- but the claim is not kept, and the
-// documented cost/benefit of the preset does not hold for Zeebe's layout.)
-func TestRevZeebePresetMatchesCamundasSnapshotRule(t *testing.T) {
-	root := t.TempDir()
-	rel := "raft-partition/partitions/1/snapshots/1-1-5-4/000042.sst"
-	src := makeVersion(t, root, 0, 4, map[string]string{rel: "snapshot sst"}, 4)
-	dir, res := mustPrepare(t, root, inst(0, 5), Options{Rules: zeebe(t)})
-	if !sameInode(t, src, dir, rel) {
-		t.Errorf("%s copied after a crash (filesCopied=%d, filesLinked=%d); Camunda's copier hard-links it", rel, res.FilesCopied, res.FilesLinked)
-	}
-}
-
 // docs/datadir.md, Ownership: adopting a root without nodeid-cluster.json "is
 // safe because ... a root without it has never been claimed, so there is
 // nobody it could be taken from". A root of an earlier release (RFC 3339
