@@ -360,7 +360,12 @@ func Prepare(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 	}
 
 	dst, err := makeDir(node.f, target, cfg.dirMode)
-	if err != nil {
+	switch {
+	case errors.Is(err, fs.ErrExist):
+		// Created since it was judged: by another holder of this version.
+		return "", Result{}, fmt.Errorf("%w: %s appeared after it was judged: another holder of this version is preparing it: %w",
+			ErrVersionUsed, dir, err)
+	case err != nil:
 		return "", Result{}, fmt.Errorf("datadir: creating %s: %w", dir, err)
 	}
 	defer dst.Close()

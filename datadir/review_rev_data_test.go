@@ -126,38 +126,6 @@ func TestRevSameVersionInFlightIsDeletedAndBothProceed(t *testing.T) {
 	}
 }
 
-// Invariant 3, typed error: the target appears (prepared by another task
-// holding the same version) between B's judgement and B's mkdir. B refuses,
-// but with an untyped mkdir error, which nodeid-init does not treat as a data
-// refusal: giveBack then releases the lease gracefully when B's predecessor
-// had (session.go), telling the successor to hard-link everything of the
-// newest directory -- the one A's broker is writing.
-func TestRevTargetCreatedAfterJudgementIsNotATypedRefusal(t *testing.T) {
-	root := t.TempDir()
-	// An unowned root, so that B logs its claim between judgement and mkdir.
-	makeVersion(t, root, 0, 1, map[string]string{"log/segment-1": "data of v1"}, 1)
-
-	var ra prepResult
-	b := goPrepare(root, inst(0, 2), Options{Cluster: clusterA, Logger: slog.New(&pauseAt{
-		msg: "datadir: data root claimed for this cluster",
-		on: func() {
-			dir, res, err := Prepare(context.Background(), root, inst(0, 2), Options{Cluster: clusterA, Logger: quiet})
-			ra = prepResult{dir, res, err}
-		},
-	})})
-	rb := <-b
-	if ra.err != nil {
-		t.Fatalf("A: %v", ra.err)
-	}
-	t.Logf("B: %v", rb.err)
-	if rb.err == nil {
-		t.Fatal("B proceeded too")
-	}
-	if !errors.Is(rb.err, ErrVersionUsed) {
-		t.Errorf("B: err = %v; want ErrVersionUsed (a typed refusal), the target is A's valid directory", rb.err)
-	}
-}
-
 // Invariant 1 under the zeebe preset: after an ungraceful takeover every
 // one-name regular file below snapshots/ is hard-linked. "Snapshots are
 // never modified once written" is trusted, not checked: a file the stale

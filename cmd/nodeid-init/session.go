@@ -204,7 +204,10 @@ func isDataRefusal(err error) bool {
 func dataAdvice(err error, inst nodeid.NodeInstance) string {
 	const left = "the data root is unchanged and the lease is left to expire"
 	switch {
-	case errors.Is(err, datadir.ErrNewerVersion), errors.Is(err, datadir.ErrVersionUsed):
+	case errors.Is(err, datadir.ErrVersionUsed):
+		return fmt.Sprintf("%s. Another task holds, or held, version %d of node %d too (its lease went backwards: its object was deleted, recreated or reset): "+
+			"keep that directory; the next takeover raises the version and collects it if it was never completed", left, int64(inst.Version), inst.ID)
+	case errors.Is(err, datadir.ErrNewerVersion):
 		return fmt.Sprintf("%s. The lease of node %d went backwards (its object was deleted, recreated or reset): "+
 			"keep that directory; every takeover raises the version by one, so node %d starts again once its version is above that directory's",
 			left, inst.ID, inst.ID)
