@@ -423,10 +423,18 @@ func Prepare(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 	}
 
 	p.close() // GC may remove the source
-	removed, err := collect(ctx, node.f, nodePath, inst.Version, cfg.keep, cfg.cluster, log)
-	res.Removed = removed
-	if err != nil {
-		log.Warn("datadir: garbage collection failed", "err", err)
+	if claim {
+		// A root without an owner may be another cluster's (an earlier
+		// release's, or Camunda's) still in use: delete nothing of it
+		// until that cluster's next start has had the chance to refuse
+		// the root (ErrForeignCluster) and stop us from claiming it.
+		log.Info("datadir: garbage collection skipped until the next preparation: this one claimed the data root", "root", root)
+	} else {
+		removed, err := collect(ctx, node.f, nodePath, inst.Version, cfg.keep, cfg.cluster, log)
+		res.Removed = removed
+		if err != nil {
+			log.Warn("datadir: garbage collection failed", "err", err)
+		}
 	}
 	res.Duration = time.Since(start)
 	log.Info("datadir: prepared", "dir", dir,

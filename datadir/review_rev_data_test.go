@@ -169,24 +169,3 @@ func TestRevStaleHolderWritesIntoSuccessorThroughSnapshotLink(t *testing.T) {
 		t.Errorf("successor's %s changed after Prepare returned: %q -> %q (hard-linked to a file the stale holder was still writing)", rel, before, after)
 	}
 }
-
-// docs/datadir.md, Ownership: adopting a root without nodeid-cluster.json "is
-// safe because ... a root without it has never been claimed, so there is
-// nobody it could be taken from". A root of an earlier release (RFC 3339
-// markers, no ownership file) is in use by cluster B; cluster A, pointed at
-// it by mistake, adopts it, copies B's data as its own and garbage-collects
-// B's older versions -- the very mix-up the ownership file exists to stop.
-// Only afterwards does B learn of it (ErrForeignCluster).
-func TestRevAdoptionTakesAnUnclaimedRootInUse(t *testing.T) {
-	root := t.TempDir()
-	for v := nodeid.Version(5); v <= 7; v++ {
-		makeVersion(t, root, 0, v, map[string]string{"log/segment": "cluster B's data at v" + itoa(v)}, v) // RFC 3339 markers: an earlier release
-	}
-	dir, res, err := Prepare(context.Background(), root, inst(0, 9), Options{Cluster: clusterA, Logger: quiet})
-	t.Logf("A: dir=%s source=%d removed=%v err=%v", dir, res.Source, res.Removed, err)
-	if err == nil {
-		t.Errorf("cluster A adopted a root in use by another cluster: copied v%d into %s and removed %v", res.Source, dir, res.Removed)
-	}
-	_, _, errB := Prepare(context.Background(), root, inst(0, 8), Options{Cluster: clusterB, Logger: quiet})
-	t.Logf("B afterwards: %v", errB)
-}
