@@ -99,6 +99,14 @@ type Options struct {
 	// directory is skipped with everything below it.
 	Skip []string
 
+	// SettleTime guards the files that Immutable and Rules share after an
+	// ungraceful takeover: such a file is hard-linked only if its mtime and
+	// ctime are older than Prepare's start minus SettleTime, and copied
+	// otherwise, since a file written recently may still be being written
+	// by the stale holder. Zero means no guard; negative is invalid.
+	// nodeid-init sets it to the lease duration.
+	SettleTime time.Duration
+
 	// Rules adds an application's copy rules to Skip and Immutable, for
 	// example those of Preset(PresetZeebe). The zero value adds nothing.
 	Rules CopyRules
@@ -168,6 +176,8 @@ var flushBeforeMarker = true
 // config is Options validated and with defaults applied.
 type config struct {
 	graceful      bool
+	settle        time.Duration
+	settledBefore time.Time // Prepare's start minus settle; zero without a guard
 	immutable     []pattern
 	skip          []pattern
 	rules         CopyRules
@@ -183,6 +193,7 @@ type config struct {
 func (o Options) config() (*config, error) {
 	c := &config{
 		graceful:      o.PreviousGraceful,
+		settle:        o.SettleTime,
 		rules:         CopyRules{SkipSegment: slices.Clone(o.Rules.SkipSegment), LinkAfterCrashSegment: slices.Clone(o.Rules.LinkAfterCrashSegment)},
 		verifyContent: o.VerifyContent,
 		keep:          o.Keep,
@@ -212,6 +223,9 @@ func (o Options) config() (*config, error) {
 		return nil, fmt.Errorf("%w: DirMode %v has bits other than permissions", ErrInvalid, o.DirMode)
 	case c.dirMode&0o700 != 0o700:
 		return nil, fmt.Errorf("%w: DirMode %v lacks owner rwx", ErrInvalid, o.DirMode)
+	}
+	if c.settle < 0 {
+		return nil, fmt.Errorf("%w: SettleTime %v is negative", ErrInvalid, o.SettleTime)
 	}
 	switch {
 	case c.workers == 0:
@@ -305,6 +319,9 @@ func Prepare(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 	}
 	if err := checkInstance(inst); err != nil {
 		return "", Result{}, err
+	}
+	if cfg.settle > 0 {
+		cfg.settledBefore = start.Add(-cfg.settle)
 	}
 	if err := ctx.Err(); err != nil {
 		return "", Result{}, err

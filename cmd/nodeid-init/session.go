@@ -163,14 +163,21 @@ func (sess *session) prepareDataDir(ctx context.Context, inst nodeid.NodeInstanc
 		case <-ctx.Done():
 		}
 	}()
+	settle := sess.s.leaseDuration
+	if settle == 0 {
+		settle = nodeid.DefaultLeaseDuration
+	}
 	dir, res, err := datadir.Prepare(ctx, sess.s.dataRoot, inst, datadir.Options{
 		PreviousGraceful: sess.provider.PreviousGracefullyShutdown(),
-		Immutable:        sess.s.immutable,
-		Skip:             sess.s.skip,
-		Rules:            sess.s.dataRules,
-		Keep:             sess.s.keepVersions,
-		Logger:           sess.log,
-		Cluster:          datadir.Cluster{Bucket: sess.s.bucket, Prefix: sess.s.prefix},
+		// A stale holder renews nothing: a file it wrote less than a lease
+		// ago may be one it is still writing, so it is copied, not linked.
+		SettleTime: settle,
+		Immutable:  sess.s.immutable,
+		Skip:       sess.s.skip,
+		Rules:      sess.s.dataRules,
+		Keep:       sess.s.keepVersions,
+		Logger:     sess.log,
+		Cluster:    datadir.Cluster{Bucket: sess.s.bucket, Prefix: sess.s.prefix},
 	})
 	if err != nil {
 		if lerr := sess.provider.Err(); lerr != nil {
