@@ -315,7 +315,7 @@ func TestPrepareDoesNotWriteThroughEntriesPlantedInTheTarget(t *testing.T) {
 					t.Error(err)
 				}
 			})
-			opts := Options{Logger: quiet, Cluster: clusterA, PreviousGraceful: tc.graceful}
+			opts := Options{Logger: quiet, Cluster: clusterA, PreviousGraceful: tc.graceful, Tenure: "task-1"}
 			_, _, err := Prepare(context.Background(), root, inst(0, 2), opts)
 			if !planted {
 				t.Fatal("hook never ran")

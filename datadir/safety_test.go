@@ -30,7 +30,18 @@ var (
 // directory it has not finished.
 func writePreparing(t *testing.T, dir string, v nodeid.Version, c Cluster) {
 	t.Helper()
-	b, err := json.Marshal(map[string]any{"version": v, "bucket": c.Bucket, "prefix": c.Prefix})
+	writePreparingTenure(t, dir, v, c, "")
+}
+
+// writePreparingTenure writes an in-progress file naming tenure; "" writes
+// none, as releases before tenures did.
+func writePreparingTenure(t *testing.T, dir string, v nodeid.Version, c Cluster, tenure string) {
+	t.Helper()
+	m := map[string]any{"version": v, "bucket": c.Bucket, "prefix": c.Prefix}
+	if tenure != "" {
+		m["tenure"] = tenure
+	}
+	b, err := json.Marshal(m)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,8 +298,8 @@ func TestPreparingFileMarksUnfinishedWork(t *testing.T) {
 			t.Errorf("%s: %v", b, err)
 		}
 	})
-	dir, _ := mustPrepare(t, root, inst(0, 2), Options{Cluster: clusterA})
-	want := map[string]any{"version": float64(2), "bucket": "bucket-a", "prefix": "prod/"}
+	dir, _ := mustPrepare(t, root, inst(0, 2), Options{Cluster: clusterA, Tenure: "task-1"})
+	want := map[string]any{"version": float64(2), "bucket": "bucket-a", "prefix": "prod/", "tenure": "task-1"}
 	if fmt.Sprint(during) != fmt.Sprint(want) {
 		t.Errorf("in-progress file = %v, want %v", during, want)
 	}

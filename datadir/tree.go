@@ -26,6 +26,7 @@ import (
 var (
 	testHookFile           func(rel string) // before each regular file is copied or linked
 	testHookBeforeValidate func(dir string)
+	testHookAfterMkdir     func(dir string) // after Prepare created its target
 )
 
 // tree copies one version directory of a node to another and validates the

@@ -178,6 +178,8 @@ func (sess *session) prepareDataDir(ctx context.Context, inst nodeid.NodeInstanc
 		Keep:       sess.s.keepVersions,
 		Logger:     sess.log,
 		Cluster:    datadir.Cluster{Bucket: sess.s.bucket, Prefix: sess.s.prefix},
+		// Only this task may redo its own unfinished preparation of inst.
+		Tenure: sess.cfg.TaskID,
 	})
 	if err != nil {
 		if lerr := sess.provider.Err(); lerr != nil {
