@@ -146,17 +146,18 @@ func zeebe(t *testing.T) CopyRules {
 
 // A Zeebe data directory, with what each preset must do with each file.
 var zeebeFiles = map[string]string{
-	"snapshots/1-1-5-4/000042.sst":           "snapshot sst",
-	"snapshots/1-1-5-4/CHECKSUM":             "snapshot checksum",
-	"bootstrap-snapshots/1/000007.sst":       "bootstrap sst",
-	"raft-partition/partitions/1/log-1.log":  "journal",
-	"raft-partition/partitions/1/.conf":      "raft conf",
-	"raft-partition/snapshots/x":             "not a top-level snapshot",
-	"runtime/000050.sst":                     "runtime state",
-	"runtime/CURRENT":                        "MANIFEST",
-	"raft-partition/partitions/1/runtime/db": "nested runtime",
-	"partitions/2/runtime":                   "a file named runtime",
-	"runtimes/x":                             "not named runtime",
+	"snapshots/1-1-5-4/000042.sst":                             "snapshot sst",
+	"snapshots/1-1-5-4/CHECKSUM":                               "snapshot checksum",
+	"bootstrap-snapshots/1/000007.sst":                         "bootstrap sst",
+	"raft-partition/partitions/1/log-1.log":                    "journal",
+	"raft-partition/partitions/1/.conf":                        "raft conf",
+	"raft-partition/partitions/1/snapshots/1-1-5-4/000043.sst": "nested snapshot",
+	"snapshots.bak/x":                                          "not named snapshots",
+	"runtime/000050.sst":                                       "runtime state",
+	"runtime/CURRENT":                                          "MANIFEST",
+	"raft-partition/partitions/1/runtime/db":                   "nested runtime",
+	"partitions/2/runtime":                                     "a file named runtime",
+	"runtimes/x":                                               "not named runtime",
 }
 
 func TestZeebePreset(t *testing.T) {
@@ -166,13 +167,16 @@ func TestZeebePreset(t *testing.T) {
 			carried = append(carried, rel)
 		}
 	}
-	linkedAfterCrash = []string{"snapshots/1-1-5-4/000042.sst", "snapshots/1-1-5-4/CHECKSUM", "bootstrap-snapshots/1/000007.sst"}
+	// Camunda's copier links a file if any segment of its path is a
+	// snapshot directory's name, at any depth.
+	linkedAfterCrash = []string{"snapshots/1-1-5-4/000042.sst", "snapshots/1-1-5-4/CHECKSUM", "bootstrap-snapshots/1/000007.sst",
+		"raft-partition/partitions/1/snapshots/1-1-5-4/000043.sst"}
 	want := map[string]string{}
 	for _, rel := range carried {
 		want[rel] = zeebeFiles[rel]
 	}
-	if len(want) != 7 {
-		t.Fatalf("test data: %d files carried over, want 7: %v", len(want), carried)
+	if len(want) != 8 {
+		t.Fatalf("test data: %d files carried over, want 8: %v", len(want), carried)
 	}
 	for _, tc := range []struct {
 		name    string
@@ -234,7 +238,7 @@ func TestZeebePresetKeepsTheNlinkRule(t *testing.T) {
 
 func TestPresets(t *testing.T) {
 	for _, name := range []string{"", PresetDefault} {
-		if r, err := Preset(name); err != nil || r.SkipSegment != nil || r.LinkAfterCrash != nil {
+		if r, err := Preset(name); err != nil || r.SkipSegment != nil || r.LinkAfterCrashSegment != nil {
 			t.Errorf("Preset(%q) = %+v, %v; want no rules", name, r, err)
 		}
 	}
@@ -243,8 +247,8 @@ func TestPresets(t *testing.T) {
 	}
 	for _, r := range []CopyRules{
 		{SkipSegment: []string{""}}, {SkipSegment: []string{"a/b"}}, {SkipSegment: []string{".."}},
-		{LinkAfterCrash: []string{""}}, {LinkAfterCrash: []string{"/snapshots"}}, {LinkAfterCrash: []string{"../x"}},
-		{LinkAfterCrash: []string{"snapshots/"}}, {LinkAfterCrash: []string{"."}},
+		{LinkAfterCrashSegment: []string{""}}, {LinkAfterCrashSegment: []string{"/snapshots"}}, {LinkAfterCrashSegment: []string{"a/snapshots"}},
+		{LinkAfterCrashSegment: []string{"snapshots/"}}, {LinkAfterCrashSegment: []string{"."}}, {LinkAfterCrashSegment: []string{".."}},
 	} {
 		if _, _, err := Prepare(context.Background(), t.TempDir(), inst(0, 1), Options{Rules: r, Logger: quiet}); !errors.Is(err, ErrInvalid) {
 			t.Errorf("Rules %+v: err = %v, want ErrInvalid", r, err)
@@ -341,15 +345,22 @@ func TestCamundaRootIsTakenOver(t *testing.T) {
 			}
 			equalMaps(t, contents(t, dir), want)
 			for rel := range want {
-				linked := graceful || strings.HasPrefix(rel, "snapshots/") || strings.HasPrefix(rel, "bootstrap-snapshots/")
+				seg := "/" + rel
+				linked := graceful || strings.Contains(seg, "/snapshots/") || strings.Contains(seg, "/bootstrap-snapshots/")
 				if sameInode(t, v2, dir, rel) != linked {
 					t.Errorf("%s: hard-linked = %v, want %v", rel, !linked, linked)
 				}
 			}
-			// Keep 2 of the valid versions (v4, v2): v1 goes; Camunda's
-			// invalid v3 and v0 and node-1 stay exactly as they were.
-			if len(res.Removed) != 1 || res.Removed[0] != filepath.Join(node, "v1") {
-				t.Errorf("removed %v, want only v1", res.Removed)
+			// The adopting Prepare deletes nothing: the root may still be
+			// in use by another cluster, whose next start refuses it.
+			if len(res.Removed) != 0 || !rec.has("datadir: garbage collection skipped until the next preparation: this one claimed the data root") {
+				t.Errorf("adopting Prepare removed %v, want nothing, and a log line saying so", res.Removed)
+			}
+			// The next GC keeps 2 of the valid versions (v4, v2): v1 goes;
+			// Camunda's invalid v3 and v0 and node-1 stay exactly as they were.
+			removed, err := Collect(context.Background(), root, inst(0, 4), Options{Cluster: clusterA, Logger: slog.New(rec)})
+			if err != nil || len(removed) != 1 || removed[0] != filepath.Join(node, "v1") {
+				t.Errorf("removed %v, %v; want only v1", removed, err)
 			}
 			if got := versionsOf(t, root, 0); !slices.Equal(got, []string{"v0", "v2", "v3", "v4"}) {
 				t.Errorf("node-0 holds %v", got)
@@ -438,5 +449,19 @@ func TestCamundaCrashDuringMarkerWrite(t *testing.T) {
 			}
 			equalMaps(t, snapshotTree(t, v3), before)
 		})
+	}
+}
+
+// Camunda's BrokerDataDirectoryCopier links a file after a crash if any
+// segment of its path is "snapshots" or "bootstrap-snapshots"; Zeebe keeps
+// its snapshots in raft-partition/partitions/<p>/snapshots, so the preset
+// must match at any depth, not only at the top (found by review).
+func TestZeebePresetLinksSnapshotsAtAnyDepth(t *testing.T) {
+	root := t.TempDir()
+	rel := "raft-partition/partitions/1/snapshots/1-1-5-4/000042.sst"
+	src := makeVersion(t, root, 0, 4, map[string]string{rel: "snapshot sst"}, 4)
+	dir, res := mustPrepare(t, root, inst(0, 5), Options{Rules: zeebe(t)})
+	if !sameInode(t, src, dir, rel) || res.FilesLinked != 1 || res.FilesCopied != 0 {
+		t.Errorf("%s not hard-linked after a crash (filesCopied=%d, filesLinked=%d); Camunda's copier links it", rel, res.FilesCopied, res.FilesLinked)
 	}
 }

@@ -120,7 +120,7 @@ func TestKilledMidCopy(t *testing.T) {
 		t.Fatalf("child copied %d of %d files before the kill; want it killed mid-copy", n, nFiles)
 	}
 
-	dir, res := mustPrepare(t, root, inst(0, 2), Options{VerifyContent: true})
+	dir, res := mustPrepare(t, root, inst(0, 2), Options{VerifyContent: true, Tenure: "task-1"})
 	if !res.Redone || !res.HasSource || res.Source != 1 || res.FilesCopied != nFiles {
 		t.Errorf("result = %+v", res)
 	}
@@ -140,7 +140,7 @@ func crashChild(root string) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	_, _, err := Prepare(context.Background(), root, inst(0, 2), Options{Logger: quiet})
+	_, _, err := Prepare(context.Background(), root, inst(0, 2), Options{Logger: quiet, Tenure: "task-1"})
 	fmt.Fprintln(os.Stderr, "crash child: Prepare returned before it was killed:", err)
 	os.Exit(3)
 }

@@ -43,8 +43,10 @@ var (
 	// ErrRoot reports a root that is missing, not a directory or not writable.
 	ErrRoot = errors.New("datadir: unusable root")
 	// ErrVersionUsed reports that the target version already holds a valid
-	// marker. A version is handed out once; seeing it again means that two
-	// tasks believe they hold the same tenure, and neither may proceed.
+	// marker, or is being prepared (or was left unfinished) by another
+	// holder of it (see Options.Tenure). A version is handed out once;
+	// seeing it again means that two tasks believe they hold the same
+	// version, and at most one may proceed.
 	ErrVersionUsed = errors.New("datadir: version already initialized")
 	// ErrNewerVersion reports a valid version above the target: the lease's
 	// version went backwards (its object deleted or reset), and preparing
@@ -99,6 +101,14 @@ type Options struct {
 	// directory is skipped with everything below it.
 	Skip []string
 
+	// SettleTime guards the files that Immutable and Rules share after an
+	// ungraceful takeover: such a file is hard-linked only if its mtime and
+	// ctime are older than Prepare's start minus SettleTime, and copied
+	// otherwise, since a file written recently may still be being written
+	// by the stale holder. Zero means no guard; negative is invalid.
+	// nodeid-init sets it to the lease duration.
+	SettleTime time.Duration
+
 	// Rules adds an application's copy rules to Skip and Immutable, for
 	// example those of Preset(PresetZeebe). The zero value adds nothing.
 	Rules CopyRules
@@ -131,6 +141,12 @@ type Options struct {
 	// shared bucket. It is also named in the in-progress file, and only
 	// leftovers naming it are removed.
 	Cluster Cluster
+
+	// Tenure identifies the holder of this version, for example its task
+	// ID. It is written into the in-progress file, and a target left
+	// unfinished is redone only by the same tenure: another holder of the
+	// version may be preparing it right now. Empty matches nothing.
+	Tenure string
 
 	// ProgressInterval is how often progress (files and bytes done) is
 	// logged during a copy; zero means 5s.
@@ -168,6 +184,8 @@ var flushBeforeMarker = true
 // config is Options validated and with defaults applied.
 type config struct {
 	graceful      bool
+	settle        time.Duration
+	settledBefore time.Time // Prepare's start minus settle; zero without a guard
 	immutable     []pattern
 	skip          []pattern
 	rules         CopyRules
@@ -178,12 +196,14 @@ type config struct {
 	log           *slog.Logger
 	progress      time.Duration
 	cluster       Cluster
+	tenure        string
 }
 
 func (o Options) config() (*config, error) {
 	c := &config{
 		graceful:      o.PreviousGraceful,
-		rules:         CopyRules{SkipSegment: slices.Clone(o.Rules.SkipSegment), LinkAfterCrash: slices.Clone(o.Rules.LinkAfterCrash)},
+		settle:        o.SettleTime,
+		rules:         CopyRules{SkipSegment: slices.Clone(o.Rules.SkipSegment), LinkAfterCrashSegment: slices.Clone(o.Rules.LinkAfterCrashSegment)},
 		verifyContent: o.VerifyContent,
 		keep:          o.Keep,
 		dirMode:       o.DirMode,
@@ -191,6 +211,7 @@ func (o Options) config() (*config, error) {
 		log:           o.Logger,
 		progress:      o.ProgressInterval,
 		cluster:       o.Cluster,
+		tenure:        o.Tenure,
 	}
 	var err error
 	if c.immutable, err = compilePatterns(o.Immutable); err != nil {
@@ -212,6 +233,9 @@ func (o Options) config() (*config, error) {
 		return nil, fmt.Errorf("%w: DirMode %v has bits other than permissions", ErrInvalid, o.DirMode)
 	case c.dirMode&0o700 != 0o700:
 		return nil, fmt.Errorf("%w: DirMode %v lacks owner rwx", ErrInvalid, o.DirMode)
+	}
+	if c.settle < 0 {
+		return nil, fmt.Errorf("%w: SettleTime %v is negative", ErrInvalid, o.SettleTime)
 	}
 	switch {
 	case c.workers == 0:
@@ -282,8 +306,9 @@ func parseVersionDirName(name string) (nodeid.Version, bool) {
 // and then removes old versions as Collect does.
 //
 // It refuses, touching nothing, when the data cannot be trusted to move
-// forward: ErrVersionUsed if the directory is already initialized (a
-// directory is prepared once, by the task that acquired the version),
+// forward: ErrVersionUsed if the directory is already initialized, or left
+// unfinished by another tenure (a directory is prepared once, by the task
+// that acquired the version; see Options.Tenure),
 // ErrNewerVersion if a later version is (the lease's version went
 // backwards), ErrUnrecognized if a directory it would have to remove or
 // skip is not positively its own (see Collect), and ErrForeignCluster if
@@ -297,7 +322,7 @@ func parseVersionDirName(name string) (nodeid.Version, bool) {
 //
 // Garbage collection failures are logged, not returned: the directory is
 // ready by then and a cleanup problem must not keep the node from starting.
-func Prepare(ctx context.Context, root string, inst nodeid.NodeInstance, opts Options) (string, Result, error) {
+func Prepare(ctx context.Context, root string, inst nodeid.NodeInstance, opts Options) (_ string, _ Result, err error) {
 	start := time.Now()
 	cfg, err := opts.config()
 	if err != nil {
@@ -305,6 +330,9 @@ func Prepare(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 	}
 	if err := checkInstance(inst); err != nil {
 		return "", Result{}, err
+	}
+	if cfg.settle > 0 {
+		cfg.settledBefore = start.Add(-cfg.settle)
 	}
 	if err := ctx.Err(); err != nil {
 		return "", Result{}, err
@@ -333,7 +361,7 @@ func Prepare(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 		return "", Result{}, err
 	default:
 		defer node.Close()
-		if p, err = planPrepare(node.f, nodePath, inst.Version, cfg.cluster); err != nil {
+		if p, err = planPrepare(node.f, nodePath, inst.Version, cfg.cluster, cfg.tenure); err != nil {
 			return "", Result{}, err
 		}
 		defer p.close()
@@ -354,17 +382,39 @@ func Prepare(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 	if p.target.st == stateLeftover || p.target.st == stateEmpty || p.target.st == stateNoData {
 		log.Warn("datadir: removing leftovers of an interrupted preparation", "dir", dir)
 		if err := removeUnfinished(node.f, p.target); err != nil {
+			if p.target.st != stateLeftover {
+				// Judged empty, but something was written since (rmdir
+				// refuses): another holder of this version is preparing it.
+				return "", Result{}, fmt.Errorf("%w: %s changed since it was judged %s; another holder of this version is preparing it: %w",
+					ErrVersionUsed, dir, p.target.why, err)
+			}
 			return "", Result{}, fmt.Errorf("datadir: removing leftovers %s: %w", dir, err)
 		}
 		res.Redone = true
 	}
 
 	dst, err := makeDir(node.f, target, cfg.dirMode)
-	if err != nil {
+	switch {
+	case errors.Is(err, fs.ErrExist):
+		// Created since it was judged: by another holder of this version.
+		return "", Result{}, fmt.Errorf("%w: %s appeared after it was judged: another holder of this version is preparing it: %w",
+			ErrVersionUsed, dir, err)
+	case err != nil:
 		return "", Result{}, fmt.Errorf("datadir: creating %s: %w", dir, err)
 	}
 	defer dst.Close()
-	if err := writeInProgress(dst, inst.Version, cfg.cluster, false); err != nil {
+	defer func() {
+		// An empty target is redone by whoever judges it first: if ours was
+		// removed (then creating in it fails), the other holder of this
+		// version proceeds, and we must refuse, not just fail.
+		if err != nil && goneAt(node.f, target, dst) {
+			err = fmt.Errorf("%w: %s was removed while it was being prepared, by another holder of this version: %w", ErrVersionUsed, dir, err)
+		}
+	}()
+	if testHookAfterMkdir != nil {
+		testHookAfterMkdir(dir)
+	}
+	if err := writeInProgress(dst, inst.Version, cfg.cluster, cfg.tenure, false); err != nil {
 		return "", Result{}, fmt.Errorf("datadir: marking %s as in progress: %w", dir, err)
 	}
 
@@ -418,10 +468,18 @@ func Prepare(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 	}
 
 	p.close() // GC may remove the source
-	removed, err := collect(ctx, node.f, nodePath, inst.Version, cfg.keep, cfg.cluster, log)
-	res.Removed = removed
-	if err != nil {
-		log.Warn("datadir: garbage collection failed", "err", err)
+	if claim {
+		// A root without an owner may be another cluster's (an earlier
+		// release's, or Camunda's) still in use: delete nothing of it
+		// until that cluster's next start has had the chance to refuse
+		// the root (ErrForeignCluster) and stop us from claiming it.
+		log.Info("datadir: garbage collection skipped until the next preparation: this one claimed the data root", "root", root)
+	} else {
+		removed, err := collect(ctx, node.f, nodePath, inst.Version, cfg.keep, cfg.cluster, log)
+		res.Removed = removed
+		if err != nil {
+			log.Warn("datadir: garbage collection failed", "err", err)
+		}
 	}
 	res.Duration = time.Since(start)
 	log.Info("datadir: prepared", "dir", dir,
@@ -555,7 +613,7 @@ type dirState int
 const (
 	stateMissing   dirState = iota
 	stateValid              // a directory with a valid marker
-	stateLeftover           // ours, unfinished: no valid marker, our in-progress file
+	stateLeftover           // ours, unfinished: no valid marker, our in-progress file (naming tenure)
 	stateEmpty              // an empty directory: removing it loses nothing
 	stateNoData             // only an in-progress file, empty or ours: a crash while writing it
 	stateBadMarker          // a marker that cannot be read, not ours: perhaps valid in another format
@@ -567,12 +625,13 @@ const (
 // itself, held open from the judgement to whatever is done with it, so
 // that swapping the name for something else meanwhile changes nothing.
 type entry struct {
-	name string
-	v    nodeid.Version
-	st   dirState
-	why  string      // what is wrong with a directory that is not valid
-	dir  *os.File    // nil unless st is stateValid, stateLeftover, stateEmpty, stateNoData
-	lone unix.Stat_t // stateNoData: the in-progress file as judged
+	name   string
+	v      nodeid.Version
+	st     dirState
+	why    string      // what is wrong with a directory that is not valid
+	tenure string      // stateLeftover: the tenure its in-progress file names
+	dir    *os.File    // nil unless st is stateValid, stateLeftover, stateEmpty, stateNoData
+	lone   unix.Stat_t // stateNoData: the in-progress file as judged
 }
 
 func (e *entry) close() {
@@ -614,11 +673,11 @@ func inspect(node *os.File, name string, v nodeid.Version, c Cluster) (e entry, 
 	if !errors.Is(merr, errNoMarker) && !errors.Is(merr, errBadMarker) {
 		return e, merr
 	}
-	switch ours, err := ownLeftover(d, v, c); {
+	switch ours, tenure, err := ownLeftover(d, v, c); {
 	case err != nil:
 		return e, err
 	case ours:
-		e.st, e.why, e.dir, keep = stateLeftover, merr.Error(), d, true
+		e.st, e.why, e.dir, e.tenure, keep = stateLeftover, merr.Error(), d, tenure, true
 		return e, nil
 	}
 	switch empty, err := isEmpty(d); {
@@ -662,7 +721,7 @@ func versionDirs(node *os.File) ([]nodeid.Version, error) {
 
 // plan is what Prepare found in the node directory.
 type plan struct {
-	target entry // stateMissing, stateLeftover or stateEmpty
+	target entry // stateMissing, stateLeftover (our tenure's), stateEmpty or stateNoData
 	source entry // the newest valid version below the target; dir is nil if there is none
 }
 
@@ -675,9 +734,9 @@ func (p *plan) close() {
 // why it must not. Its source is the newest valid version below k; every
 // version above that source must be one that cannot hold newer data: a
 // directory without a marker never was complete, but an unreadable marker
-// or a symlink or file named like a version cannot be judged. The caller
-// closes the plan.
-func planPrepare(node *os.File, nodePath string, k nodeid.Version, c Cluster) (p plan, err error) {
+// or a symlink or file named like a version cannot be judged. A target left
+// unfinished is redone only if it names tenure. The caller closes the plan.
+func planPrepare(node *os.File, nodePath string, k nodeid.Version, c Cluster, tenure string) (p plan, err error) {
 	vs, err := versionDirs(node)
 	if err != nil {
 		return plan{}, err
@@ -729,6 +788,11 @@ func planPrepare(node *os.File, nodePath string, k nodeid.Version, c Cluster) (p
 		return p, fmt.Errorf("%w: %s is valid, above version %d being prepared", ErrNewerVersion, newer, k)
 	case p.target.st == stateValid:
 		return p, fmt.Errorf("%w: %s", ErrVersionUsed, filepath.Join(nodePath, versionDirName(k)))
+	case p.target.st == stateLeftover && (tenure == "" || p.target.tenure != tenure):
+		// The in-progress file cannot tell a crash from a live preparation.
+		return p, fmt.Errorf("%w: %s is being prepared by another holder of this version (tenure %q, ours %q), or was left by a crashed one; "+
+			"it is left in place, and a later version's garbage collection removes it",
+			ErrVersionUsed, filepath.Join(nodePath, versionDirName(k)), p.target.tenure, tenure)
 	case p.target.st == stateNotOurs || p.target.st == stateNotDir || p.target.st == stateBadMarker:
 		return p, fmt.Errorf("%w: %s exists without a valid marker and is not a leftover of this cluster (%s); it is left in place",
 			ErrUnrecognized, filepath.Join(nodePath, versionDirName(k)), p.target.why)
@@ -815,7 +879,7 @@ func collect(ctx context.Context, node *os.File, nodePath string, current nodeid
 // point leaves a directory that is valid (a complete copy) or ours, never one
 // that is half-deleted yet unrecognisable.
 func removeValid(node *os.File, e entry, c Cluster) error {
-	if err := writeInProgress(e.dir, e.v, c, true); err != nil {
+	if err := writeInProgress(e.dir, e.v, c, "", true); err != nil {
 		return err
 	}
 	if err := unlinkAt(e.dir, MarkerName); err != nil {

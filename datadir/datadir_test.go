@@ -269,7 +269,7 @@ func TestLeftoversAreRedone(t *testing.T) {
 			root := t.TempDir()
 			makeVersion(t, root, 0, 1, map[string]string{"a": "alpha", "sub/b": "beta"}, 1)
 			target := makeVersion(t, root, 0, 2, map[string]string{"a": "half", "junk/x": "leftover"}, -1)
-			writePreparing(t, target, 2, Cluster{})
+			writePreparingTenure(t, target, 2, Cluster{}, "task-1")
 			switch tc.marker {
 			case "":
 			case "-":
@@ -277,7 +277,7 @@ func TestLeftoversAreRedone(t *testing.T) {
 			default:
 				writeFiles(t, target, map[string]string{MarkerName: tc.marker})
 			}
-			dir, res := mustPrepare(t, root, inst(0, 2), Options{})
+			dir, res := mustPrepare(t, root, inst(0, 2), Options{Tenure: "task-1"})
 			if !res.Redone {
 				t.Error("Redone = false")
 			}
@@ -470,7 +470,8 @@ func TestSymlinksOutsideAreRefused(t *testing.T) {
 				}
 			}
 			for _, graceful := range []bool{false, true} {
-				_, _, err := Prepare(context.Background(), root, inst(0, 2), Options{Logger: quiet, PreviousGraceful: graceful})
+				// The same tenure retries, and redoes its leftover.
+				_, _, err := Prepare(context.Background(), root, inst(0, 2), Options{Logger: quiet, PreviousGraceful: graceful, Tenure: "task-1"})
 				if !errors.Is(err, ErrUnsafeSymlink) {
 					t.Fatalf("graceful=%v: err = %v, want ErrUnsafeSymlink", graceful, err)
 				}
@@ -612,7 +613,7 @@ func TestValidation(t *testing.T) {
 			src := makeVersion(t, root, 0, 1, files, 1)
 			setHook(t, &testHookBeforeValidate, func(dst string) { tc.tamper(t, src, dst) })
 			opts := tc.opts
-			opts.Logger = quiet
+			opts.Logger, opts.Tenure = quiet, "task-1"
 			_, _, err := Prepare(context.Background(), root, inst(0, 2), opts)
 			target := Dir(root, inst(0, 2))
 			if !tc.wantErr {
@@ -801,7 +802,7 @@ func TestCancelledMidCopy(t *testing.T) {
 					cancel()
 				}
 			})
-			opts := Options{Logger: quiet, PreviousGraceful: graceful}
+			opts := Options{Logger: quiet, PreviousGraceful: graceful, Tenure: "task-1"}
 			_, _, err := Prepare(ctx, root, inst(0, 2), opts)
 			if !errors.Is(err, context.Canceled) {
 				t.Fatalf("err = %v, want context.Canceled", err)

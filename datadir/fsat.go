@@ -202,6 +202,19 @@ func removeAllAt(dir *os.File, name string) error {
 	return nil
 }
 
+// goneAt reports whether name in parent is positively no longer the
+// directory d: missing, or another inode. An error says nothing.
+func goneAt(parent *os.File, name string, d *os.File) bool {
+	var st, want unix.Stat_t
+	if err := fstatat(int(parent.Fd()), name, &st); err != nil {
+		return errors.Is(err, fs.ErrNotExist)
+	}
+	if unix.Fstat(int(d.Fd()), &want) != nil {
+		return false
+	}
+	return st.Dev != want.Dev || st.Ino != want.Ino
+}
+
 // rmdirAt removes the empty directory name from parent, if it still is d:
 // rmdir(2) follows no symlink and removes nothing but an empty directory.
 func rmdirAt(parent *os.File, name string, d *os.File) error {

@@ -252,6 +252,7 @@ func TestSymlinkedNewerVersionIsRefused(t *testing.T) {
 		if err := os.Symlink(moved, Dir(root, inst(0, 1))); err != nil {
 			t.Fatal(err)
 		}
+		claimRoot(t, root, clusterA)
 		_, res := mustPrepare(t, root, inst(0, 3), Options{Keep: 1, Cluster: clusterA})
 		if res.Source != 2 || len(res.Removed) != 1 || res.Removed[0] != Dir(root, inst(0, 2)) {
 			t.Errorf("source v%d, removed %v; want v2, [v2]", res.Source, res.Removed)
@@ -314,7 +315,7 @@ func TestPrepareDoesNotWriteThroughEntriesPlantedInTheTarget(t *testing.T) {
 					t.Error(err)
 				}
 			})
-			opts := Options{Logger: quiet, Cluster: clusterA, PreviousGraceful: tc.graceful}
+			opts := Options{Logger: quiet, Cluster: clusterA, PreviousGraceful: tc.graceful, Tenure: "task-1"}
 			_, _, err := Prepare(context.Background(), root, inst(0, 2), opts)
 			if !planted {
 				t.Fatal("hook never ran")

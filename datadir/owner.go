@@ -37,7 +37,9 @@ const OwnerName = "nodeid-cluster.json"
 // PreparingName is the in-progress file: Prepare creates it first in a new
 // version directory and removes it after the marker. A directory without a
 // valid marker is removed only if this file names the directory's version
-// and our cluster; anything else may be someone's data.
+// and our cluster; anything else may be someone's data. As Prepare's target
+// it is redone only if the file also names Options.Tenure: otherwise it may
+// be another holder of the version preparing it right now.
 const PreparingName = ".nodeid-preparing"
 
 // readOwner returns the cluster named by root's OwnerName; ok is false if
@@ -137,13 +139,15 @@ type inProgress struct {
 	Version nodeid.Version `json:"version"`
 	Bucket  string         `json:"bucket"`
 	Prefix  string         `json:"prefix"`
+	Tenure  string         `json:"tenure"` // absent in files of earlier releases: ""
 }
 
-// writeInProgress marks the version directory dir as ours and unfinished.
+// writeInProgress marks the version directory dir as ours and unfinished,
+// prepared by tenure ("" for GC's removals: no tenure may redo those).
 // With replace, an existing in-progress file is unlinked first, never
 // written through.
-func writeInProgress(dir *os.File, v nodeid.Version, c Cluster, replace bool) error {
-	b, err := json.Marshal(inProgress{Version: v, Bucket: c.Bucket, Prefix: c.Prefix})
+func writeInProgress(dir *os.File, v nodeid.Version, c Cluster, tenure string, replace bool) error {
+	b, err := json.Marshal(inProgress{Version: v, Bucket: c.Bucket, Prefix: c.Prefix, Tenure: tenure})
 	if err != nil {
 		return err
 	}
@@ -194,31 +198,35 @@ func onlyInProgress(dir *os.File, c Cluster) (lone unix.Stat_t, ok bool, err err
 	return lone, ok && ip.Bucket == c.Bucket && ip.Prefix == c.Prefix && int64(len(b)) == lone.Size, nil
 }
 
-// parseInProgress parses an in-progress file; ok is false unless every
-// field is present.
+// parseInProgress parses an in-progress file; ok is false unless version,
+// bucket and prefix are present. A missing tenure (earlier releases) is "".
 func parseInProgress(b []byte) (ip inProgress, ok bool) {
 	var w struct {
 		Version *nodeid.Version `json:"version"`
 		Bucket  *string         `json:"bucket"`
 		Prefix  *string         `json:"prefix"`
+		Tenure  string          `json:"tenure"`
 	}
 	if decodeStrict(b, &w) != nil || w.Version == nil || w.Bucket == nil || w.Prefix == nil {
 		return inProgress{}, false
 	}
-	return inProgress{Version: *w.Version, Bucket: *w.Bucket, Prefix: *w.Prefix}, true
+	return inProgress{Version: *w.Version, Bucket: *w.Bucket, Prefix: *w.Prefix, Tenure: w.Tenure}, true
 }
 
 // ownLeftover reports whether dir holds an in-progress file naming version v
-// and cluster c. Only an I/O error is an error: a missing or unreadable file
-// just does not prove anything.
-func ownLeftover(dir *os.File, v nodeid.Version, c Cluster) (bool, error) {
+// and cluster c, and the tenure it names. Only an I/O error is an error: a
+// missing or unreadable file just does not prove anything.
+func ownLeftover(dir *os.File, v nodeid.Version, c Cluster) (ours bool, tenure string, err error) {
 	b, err := readSmallFileAt(dir, PreparingName)
 	switch {
 	case errors.Is(err, fs.ErrNotExist), errors.Is(err, errBadFile):
-		return false, nil
+		return false, "", nil
 	case err != nil:
-		return false, fmt.Errorf("datadir: %w", err)
+		return false, "", fmt.Errorf("datadir: %w", err)
 	}
 	ip, ok := parseInProgress(b)
-	return ok && ip.Version == v && ip.Bucket == c.Bucket && ip.Prefix == c.Prefix, nil
+	if !ok || ip.Version != v || ip.Bucket != c.Bucket || ip.Prefix != c.Prefix {
+		return false, "", nil
+	}
+	return true, ip.Tenure, nil
 }

@@ -2,7 +2,7 @@ package datadir
 
 import (
 	"fmt"
-	"path"
+	"slices"
 	"strings"
 )
 
@@ -20,12 +20,12 @@ type CopyRules struct {
 	// any segment of its path is one of them.
 	SkipSegment []string
 
-	// LinkAfterCrash lists slash-separated paths relative to the version
-	// directory (for example "snapshots"): regular files below them are
-	// never modified once written, and are hard-linked even after an
+	// LinkAfterCrashSegment lists entry names, at any depth (for example
+	// "snapshots"): a regular file any segment of whose path is one of them
+	// is never modified once written, and is hard-linked even after an
 	// ungraceful takeover, unless the file has another name (see
-	// Options.Immutable).
-	LinkAfterCrash []string
+	// Options.Immutable) or changed recently (see Options.SettleTime).
+	LinkAfterCrashSegment []string
 }
 
 // Preset returns the copy rules named name: PresetDefault (or "") adds
@@ -35,9 +35,10 @@ type CopyRules struct {
 //
 //   - every path segment named "runtime" is left out: Zeebe rebuilds its
 //     runtime state (RocksDB) from the newest snapshot at start;
-//   - after an ungraceful takeover, files below the top-level "snapshots"
-//     and "bootstrap-snapshots" are hard-linked, since Zeebe never modifies
-//     a snapshot once it is written; the rest is copied.
+//   - after an ungraceful takeover, files with a path segment named
+//     "snapshots" or "bootstrap-snapshots" at any depth (Zeebe keeps them in
+//     raft-partition/partitions/<p>/snapshots) are hard-linked, since Zeebe
+//     never modifies a snapshot once it is written; the rest is copied.
 //
 // After a graceful release everything carried over is hard-linked anyway.
 func Preset(name string) (CopyRules, error) {
@@ -46,8 +47,8 @@ func Preset(name string) (CopyRules, error) {
 		return CopyRules{}, nil
 	case PresetZeebe:
 		return CopyRules{
-			SkipSegment:    []string{"runtime"},
-			LinkAfterCrash: []string{"snapshots", "bootstrap-snapshots"},
+			SkipSegment:           []string{"runtime"},
+			LinkAfterCrashSegment: []string{"snapshots", "bootstrap-snapshots"},
 		}, nil
 	}
 	return CopyRules{}, fmt.Errorf("%w: unknown preset %q (want %s or %s)", ErrInvalid, name, PresetDefault, PresetZeebe)
@@ -57,35 +58,33 @@ func Preset(name string) (CopyRules, error) {
 // path, or would match everything.
 func (r CopyRules) check() error {
 	for _, s := range r.SkipSegment {
-		if s == "" || s == "." || s == ".." || strings.Contains(s, "/") {
+		if !isFileName(s) {
 			return fmt.Errorf("SkipSegment %q is not a file name", s)
 		}
 	}
-	for _, p := range r.LinkAfterCrash {
-		if p == "" || p == "." || path.Clean(p) != p || path.IsAbs(p) || p == ".." || strings.HasPrefix(p, "../") {
-			return fmt.Errorf("LinkAfterCrash %q is not a clean relative path", p)
+	for _, s := range r.LinkAfterCrashSegment {
+		if !isFileName(s) {
+			return fmt.Errorf("LinkAfterCrashSegment %q is not a file name", s)
 		}
 	}
 	return nil
 }
 
-// skips reports whether a segment of the slash-separated path rel is one of
-// SkipSegment.
-func (r CopyRules) skips(rel string) bool {
-	for seg := range strings.SplitSeq(rel, "/") {
-		for _, s := range r.SkipSegment {
-			if seg == s {
-				return true
-			}
-		}
-	}
-	return false
+func isFileName(s string) bool {
+	return s != "" && s != "." && s != ".." && !strings.Contains(s, "/")
 }
 
-// linksAfterCrash reports whether rel lies below one of LinkAfterCrash.
-func (r CopyRules) linksAfterCrash(rel string) bool {
-	for _, p := range r.LinkAfterCrash {
-		if strings.HasPrefix(rel, p+"/") {
+// skips reports whether a segment of the slash-separated path rel is one of
+// SkipSegment.
+func (r CopyRules) skips(rel string) bool { return hasSegment(rel, r.SkipSegment) }
+
+// linksAfterCrash reports whether a segment of rel is one of
+// LinkAfterCrashSegment, as Camunda's copier decides what is a snapshot file.
+func (r CopyRules) linksAfterCrash(rel string) bool { return hasSegment(rel, r.LinkAfterCrashSegment) }
+
+func hasSegment(rel string, names []string) bool {
+	for seg := range strings.SplitSeq(rel, "/") {
+		if slices.Contains(names, seg) {
 			return true
 		}
 	}

@@ -30,7 +30,18 @@ var (
 // directory it has not finished.
 func writePreparing(t *testing.T, dir string, v nodeid.Version, c Cluster) {
 	t.Helper()
-	b, err := json.Marshal(map[string]any{"version": v, "bucket": c.Bucket, "prefix": c.Prefix})
+	writePreparingTenure(t, dir, v, c, "")
+}
+
+// writePreparingTenure writes an in-progress file naming tenure; "" writes
+// none, as releases before tenures did.
+func writePreparingTenure(t *testing.T, dir string, v nodeid.Version, c Cluster, tenure string) {
+	t.Helper()
+	m := map[string]any{"version": v, "bucket": c.Bucket, "prefix": c.Prefix}
+	if tenure != "" {
+		m["tenure"] = tenure
+	}
+	b, err := json.Marshal(m)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,6 +212,7 @@ func TestGCLeavesWhatIsNotOurs(t *testing.T) {
 			}
 			makeVersion(t, root, 0, 7, map[string]string{"data": "v7"}, 7)
 			makeVersion(t, root, 0, 8, map[string]string{"data": "v8"}, 8)
+			claimRoot(t, root, clusterA) // an adopting Prepare collects nothing
 			rec := &recorder{}
 			opts := Options{Keep: 2, Cluster: clusterA, Logger: slog.New(rec)}
 			var removed []string
@@ -256,6 +268,7 @@ func TestOwnLeftoversAreRemoved(t *testing.T) {
 	writeFiles(t, v3, map[string]string{MarkerName: `{"initializedAt":"2025-01-`}) // crashed writing the marker
 	makeVersion(t, root, 0, 4, nil, -1)                                            // empty: crashed right after mkdir
 	makeVersion(t, root, 0, 5, map[string]string{"data": "v5"}, 5)
+	claimRoot(t, root, clusterA)
 	_, res := mustPrepare(t, root, inst(0, 6), Options{Keep: 10, Cluster: clusterA})
 	var want []string
 	for _, n := range []string{"v4", "v3", "v2"} {
@@ -285,8 +298,8 @@ func TestPreparingFileMarksUnfinishedWork(t *testing.T) {
 			t.Errorf("%s: %v", b, err)
 		}
 	})
-	dir, _ := mustPrepare(t, root, inst(0, 2), Options{Cluster: clusterA})
-	want := map[string]any{"version": float64(2), "bucket": "bucket-a", "prefix": "prod/"}
+	dir, _ := mustPrepare(t, root, inst(0, 2), Options{Cluster: clusterA, Tenure: "task-1"})
+	want := map[string]any{"version": float64(2), "bucket": "bucket-a", "prefix": "prod/", "tenure": "task-1"}
 	if fmt.Sprint(during) != fmt.Sprint(want) {
 		t.Errorf("in-progress file = %v, want %v", during, want)
 	}
@@ -436,6 +449,18 @@ func TestForeignClusterIsRefused(t *testing.T) {
 	}
 }
 
+// claimRoot writes the ownership file, as the first Prepare for c does.
+func claimRoot(t *testing.T, root string, c Cluster) {
+	t.Helper()
+	b, err := json.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, OwnerName), b, 0o640); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A root written before ownership was recorded (or by Camunda) is adopted.
 func TestUnownedRootIsAdopted(t *testing.T) {
 	root := t.TempDir()
@@ -458,4 +483,39 @@ func TestUnownedRootIsAdopted(t *testing.T) {
 	if _, _, err := Prepare(context.Background(), root, inst(0, 3), Options{Logger: quiet, Cluster: clusterB}); !errors.Is(err, ErrForeignCluster) {
 		t.Errorf("after adoption: err = %v, want ErrForeignCluster", err)
 	}
+}
+
+// A root without the ownership file may be in use by another cluster (one
+// of a release before the file existed, or a Camunda root): a cluster
+// pointed at it by mistake adopts it, but its adopting Prepare deletes
+// nothing, so that cluster's next start refuses the root (ErrForeignCluster)
+// before anything of it is lost (found by review).
+func TestAdoptingPrepareDeletesNothing(t *testing.T) {
+	root := t.TempDir()
+	for v := nodeid.Version(5); v <= 7; v++ {
+		// RFC 3339 markers: an earlier release, in use by cluster B.
+		makeVersion(t, root, 0, v, map[string]string{"log/segment": "cluster B's data at v" + itoa(v)}, v)
+	}
+	node := filepath.Join(root, "node-0")
+	before := snapshotTree(t, node)
+	rec := &recorder{}
+	dir, res, err := Prepare(context.Background(), root, inst(0, 9), Options{Cluster: clusterA, Keep: 1, Logger: slog.New(rec)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Removed) != 0 || !rec.has("datadir: garbage collection skipped until the next preparation: this one claimed the data root") {
+		t.Errorf("the adopting Prepare removed %v; want nothing, and a log line saying so", res.Removed)
+	}
+	after := snapshotTree(t, node)
+	for k := range after {
+		if strings.HasPrefix(k, "v9/") || k == "v9" {
+			delete(after, k)
+		}
+	}
+	equalMaps(t, after, before)
+	_, _, errB := Prepare(context.Background(), root, inst(0, 8), Options{Cluster: clusterB, Logger: quiet})
+	if !errors.Is(errB, ErrForeignCluster) {
+		t.Errorf("cluster B afterwards: err = %v, want ErrForeignCluster", errB)
+	}
+	equalMaps(t, contents(t, dir), map[string]string{"log/segment": "cluster B's data at v7"})
 }

@@ -26,6 +26,7 @@ import (
 var (
 	testHookFile           func(rel string) // before each regular file is copied or linked
 	testHookBeforeValidate func(dir string)
+	testHookAfterMkdir     func(dir string) // after Prepare created its target
 )
 
 // tree copies one version directory of a node to another and validates the
@@ -88,10 +89,9 @@ const (
 	actCopy
 )
 
-// nlink is the source's link count: after an ungraceful takeover a file
-// with another name is copied even if this name is immutable, since a stale
-// holder may write it through the other name (perhaps outside the source).
-func (t *tree) classify(rel string, mode fs.FileMode, nlink uint64) action {
+// shareable says whether the source file, if its name is immutable, may be
+// linked after an ungraceful takeover (see shareable).
+func (t *tree) classify(rel string, mode fs.FileMode, shareable bool) action {
 	switch {
 	case rel == MarkerName || rel == PreparingName:
 		// The target gets its own, and a stale in-progress file in a valid
@@ -105,11 +105,29 @@ func (t *tree) classify(rel string, mode fs.FileMode, nlink uint64) action {
 		return actSymlink
 	case !mode.IsRegular():
 		return actSpecial
-	case t.cfg.graceful || nlink == 1 && (matchAny(t.cfg.immutable, rel) || t.cfg.rules.linksAfterCrash(rel)):
+	case t.cfg.graceful || shareable && (matchAny(t.cfg.immutable, rel) || t.cfg.rules.linksAfterCrash(rel)):
 		// Safe to share: nobody writes the source file any more.
 		return actLink
 	}
 	return actCopy
+}
+
+// shareable reports whether a regular file with an immutable name may be
+// linked after an ungraceful takeover. Not if it has another name, through
+// which a stale holder may write it (perhaps outside the source); nor, with
+// SettleTime, if it changed recently: it may still be being written.
+func (t *tree) shareable(st *unix.Stat_t) bool {
+	return st.Nlink == 1 && t.settled(st)
+}
+
+// settled reports whether st's mtime and ctime (which a write through any
+// descriptor, or a new name, moves on) are before the SettleTime cutoff.
+func (t *tree) settled(st *unix.Stat_t) bool {
+	if t.cfg.settledBefore.IsZero() {
+		return true
+	}
+	cut := t.cfg.settledBefore.UnixNano()
+	return st.Mtim.Nano() < cut && st.Ctim.Nano() < cut
 }
 
 func (t *tree) copyAndValidate(res *Result) (err error) {
@@ -183,7 +201,7 @@ func (t *tree) copyDir(src, dst *os.File, rel string) (err error) {
 			return err
 		}
 		mode := modeOf(&st)
-		act := t.classify(crel, mode, uint64(st.Nlink))
+		act := t.classify(crel, mode, t.shareable(&st))
 		switch act {
 		case actSkip:
 			t.skipped.Add(1)
@@ -489,9 +507,9 @@ func (t *tree) validateDir(src, dst *os.File, dir string) error {
 		bad := func(format string, args ...any) error {
 			return fmt.Errorf("%w: %s: %s", ErrValidation, rel, fmt.Sprintf(format, args...))
 		}
-		// nlink 1: the link count now includes our own link (and so says
+		// The link count and ctime now include our own link (and so say
 		// nothing); whether a file was linked or copied is decided below.
-		act := t.classify(rel, e.Type(), 1)
+		act := t.classify(rel, e.Type(), true)
 		if act == actSkip || act == actSpecial {
 			continue
 		}
@@ -509,8 +527,11 @@ func (t *tree) validateDir(src, dst *os.File, dir string) error {
 			return bad("file type %#o in the target, %#o in the source", dt, st)
 		}
 		sameInode := ss.Dev == ds.Dev && ss.Ino == ds.Ino
-		if act == actLink && !t.cfg.graceful && !sameInode && ss.Nlink > 1 {
-			act = actCopy // an immutable name of a file with other names: copied
+		if act == actLink && !t.cfg.graceful && !sameInode && !t.shareable(&ss) {
+			// An immutable name of a file with other names, or changed
+			// recently: copied. Its ctime only grows, so a file copied
+			// for being recent is still recent now.
+			act = actCopy
 		}
 		switch act {
 		case actDir:
@@ -542,6 +563,11 @@ func (t *tree) validateDir(src, dst *os.File, dir string) error {
 			// appeared since, through which a stale holder may write.
 			if !t.cfg.graceful && ss.Nlink > 2 {
 				return bad("linked, but the source file has %d names now", ss.Nlink)
+			}
+			// Settled when linked; written since (our link moved its ctime,
+			// not its mtime): a stale holder still writes it.
+			if !t.cfg.graceful && !t.cfg.settledBefore.IsZero() && ss.Mtim.Nano() >= t.cfg.settledBefore.UnixNano() {
+				return bad("linked, but the source file was written since")
 			}
 		case actCopy:
 			if sameInode {

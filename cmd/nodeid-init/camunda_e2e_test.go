@@ -45,8 +45,9 @@ import (
 // the new versions hold every file of their source but runtime segments;
 // retention (NODEID_KEEP_VERSIONS default 2, the current version counting,
 // docs/datadir.md "Garbage collection") removes node-0/v1 and node-1/v1..v3
-// and nothing else of Camunda's; the half-copied node-1/v0 is not ours and
-// stays.
+// and nothing else of Camunda's, except in the node of the task that claimed
+// the root: that preparation runs no GC (docs/datadir.md "Ownership"); the
+// half-copied node-1/v0 is not ours and stays.
 func TestCamundaClusterIsTakenOverAndHandedBack(t *testing.T) {
 	testStart := time.Now()
 	srv := s3test.StartVersity(t)
@@ -184,7 +185,19 @@ func TestCamundaClusterIsTakenOverAndHandedBack(t *testing.T) {
 
 	// The data root while held.
 	now := scanTree(t, root)
-	checkCamundaRetention(t, camundaTree, now)
+	claimer := -1
+	for id, h := range held {
+		if strings.Contains(h.task.out.String(), "datadir: data root claimed for this cluster") {
+			if claimer >= 0 {
+				t.Errorf("nodes %d and %d both claimed the data root", claimer, id)
+			}
+			claimer = id
+		}
+	}
+	if claimer < 0 {
+		t.Fatal("no task claimed the data root")
+	}
+	checkCamundaRetention(t, camundaTree, now, claimer)
 	checkCarriedOver(t, now, camundaTree, "node-0/v2", "node-0/v3")
 	checkCarriedOver(t, now, camundaTree, "node-1/v4", "node-1/v5")
 	if got := now.under("node-2/v1"); !slices.Equal(got, []string{"node-2/v1/directory-initialized.json"}) {
@@ -477,11 +490,19 @@ func diffTrees(a, b tree) string {
 }
 
 // checkCamundaRetention: of Camunda's directories, exactly the ones the
-// retention rule removes are gone, and every file of the others is still
+// retention rule removes are gone, but for the node whose preparation
+// claimed the root (it runs no GC), and every file of the others is still
 // there with the same content.
-func checkCamundaRetention(t *testing.T, camundaTree, now tree) {
+func checkCamundaRetention(t *testing.T, camundaTree, now tree, claimer int) {
 	t.Helper()
-	removed := []string{"node-0/v1", "node-1/v1", "node-1/v2", "node-1/v3"}
+	var removed, kept []string
+	for _, d := range []string{"node-0/v1", "node-1/v1", "node-1/v2", "node-1/v3"} {
+		if strings.HasPrefix(d, fmt.Sprintf("node-%d/", claimer)) {
+			kept = append(kept, d)
+		} else {
+			removed = append(removed, d)
+		}
+	}
 	gone := func(p string) bool {
 		for _, r := range removed {
 			if p == r || strings.HasPrefix(p, r+"/") {
@@ -510,7 +531,7 @@ func checkCamundaRetention(t *testing.T, camundaTree, now tree) {
 	}
 	// And the root holds nothing else than this and what we add.
 	want := map[string]bool{"nodeid-cluster.json": true, "node-0": true, "node-1": true, "node-2": true}
-	for _, e := range []string{"node-0/v2", "node-0/v3", "node-1/v0", "node-1/v4", "node-1/v5", "node-2/v1"} {
+	for _, e := range append(kept, "node-0/v2", "node-0/v3", "node-1/v0", "node-1/v4", "node-1/v5", "node-2/v1") {
 		want[e] = true
 	}
 	for p := range now.entries {
@@ -531,7 +552,7 @@ func zeebeSkipped(rel string) bool { return slices.Contains(strings.Split(rel, "
 
 // checkCarriedOver: dst holds exactly src's entries but runtime segments
 // and the marker, with the same content; after an ungraceful takeover no
-// file outside the top-level snapshot directories shares its inode with
+// file outside snapshot directories (at any depth) shares its inode with
 // Camunda's, nor does a snapshot file that has another name (in runtime/).
 func checkCarriedOver(t *testing.T, now, camundaTree tree, src, dst string) {
 	t.Helper()
@@ -581,8 +602,9 @@ func checkCarriedOver(t *testing.T, now, camundaTree tree, src, dst string) {
 		if len(names) == 0 {
 			continue
 		}
-		top := strings.SplitN(rel, "/", 2)[0]
-		if top != "snapshots" && top != "bootstrap-snapshots" || slices.ContainsFunc(names, zeebeSkipped) {
+		segs := strings.Split(rel, "/")
+		snapshot := slices.Contains(segs, "snapshots") || slices.Contains(segs, "bootstrap-snapshots")
+		if !snapshot || slices.ContainsFunc(names, zeebeSkipped) {
 			t.Errorf("%s/%s is a hard link of Camunda's %v after an ungraceful takeover", dst, rel, names)
 		}
 	}

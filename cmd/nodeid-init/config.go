@@ -120,7 +120,7 @@ var options = []option{
 		s.skip = splitList(v)
 		return nil
 	}},
-	{"data-preset", "NODEID_DATA_PRESET", datadir.PresetDefault, "copy rules of the data directory: default (only --immutable and --skip) or zeebe (skip runtime/, hard-link snapshots/ and bootstrap-snapshots/ even after a crash)", func(s *settings, v string) error {
+	{"data-preset", "NODEID_DATA_PRESET", datadir.PresetDefault, "copy rules of the data directory: default (only --immutable and --skip) or zeebe (skip runtime/, hard-link snapshots/ and bootstrap-snapshots/ at any depth even after a crash)", func(s *settings, v string) error {
 		if v != datadir.PresetDefault && v != datadir.PresetZeebe {
 			return fmt.Errorf("want %s or %s", datadir.PresetDefault, datadir.PresetZeebe)
 		}

@@ -163,14 +163,23 @@ func (sess *session) prepareDataDir(ctx context.Context, inst nodeid.NodeInstanc
 		case <-ctx.Done():
 		}
 	}()
+	settle := sess.s.leaseDuration
+	if settle == 0 {
+		settle = nodeid.DefaultLeaseDuration
+	}
 	dir, res, err := datadir.Prepare(ctx, sess.s.dataRoot, inst, datadir.Options{
 		PreviousGraceful: sess.provider.PreviousGracefullyShutdown(),
-		Immutable:        sess.s.immutable,
-		Skip:             sess.s.skip,
-		Rules:            sess.s.dataRules,
-		Keep:             sess.s.keepVersions,
-		Logger:           sess.log,
-		Cluster:          datadir.Cluster{Bucket: sess.s.bucket, Prefix: sess.s.prefix},
+		// A stale holder renews nothing: a file it wrote less than a lease
+		// ago may be one it is still writing, so it is copied, not linked.
+		SettleTime: settle,
+		Immutable:  sess.s.immutable,
+		Skip:       sess.s.skip,
+		Rules:      sess.s.dataRules,
+		Keep:       sess.s.keepVersions,
+		Logger:     sess.log,
+		Cluster:    datadir.Cluster{Bucket: sess.s.bucket, Prefix: sess.s.prefix},
+		// Only this task may redo its own unfinished preparation of inst.
+		Tenure: sess.cfg.TaskID,
 	})
 	if err != nil {
 		if lerr := sess.provider.Err(); lerr != nil {
@@ -204,7 +213,10 @@ func isDataRefusal(err error) bool {
 func dataAdvice(err error, inst nodeid.NodeInstance) string {
 	const left = "the data root is unchanged and the lease is left to expire"
 	switch {
-	case errors.Is(err, datadir.ErrNewerVersion), errors.Is(err, datadir.ErrVersionUsed):
+	case errors.Is(err, datadir.ErrVersionUsed):
+		return fmt.Sprintf("%s. Another task holds, or held, version %d of node %d too (its lease went backwards: its object was deleted, recreated or reset): "+
+			"keep that directory; the next takeover raises the version and collects it if it was never completed", left, int64(inst.Version), inst.ID)
+	case errors.Is(err, datadir.ErrNewerVersion):
 		return fmt.Sprintf("%s. The lease of node %d went backwards (its object was deleted, recreated or reset): "+
 			"keep that directory; every takeover raises the version by one, so node %d starts again once its version is above that directory's",
 			left, inst.ID, inst.ID)
