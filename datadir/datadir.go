@@ -103,7 +103,9 @@ type Options struct {
 
 	// SettleTime guards the files that Immutable and Rules share after an
 	// ungraceful takeover: such a file is hard-linked only if its mtime and
-	// ctime are older than Prepare's start minus SettleTime, and copied
+	// ctime are older than SettleTime before the new directory's
+	// in-progress file was written (by the file system's clock, so no two
+	// machines' clocks are compared), and copied
 	// otherwise, since a file written recently may still be being written
 	// by the stale holder. Zero means no guard; negative is invalid.
 	// nodeid-init sets it to the lease duration.
@@ -331,9 +333,6 @@ func Prepare(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 	if err := checkInstance(inst); err != nil {
 		return "", Result{}, err
 	}
-	if cfg.settle > 0 {
-		cfg.settledBefore = start.Add(-cfg.settle)
-	}
 	if err := ctx.Err(); err != nil {
 		return "", Result{}, err
 	}
@@ -416,6 +415,16 @@ func Prepare(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 	}
 	if err := writeInProgress(dst, inst.Version, cfg.cluster, cfg.tenure, false); err != nil {
 		return "", Result{}, fmt.Errorf("datadir: marking %s as in progress: %w", dir, err)
+	}
+	if cfg.settle > 0 {
+		// The cutoff counts from the in-progress file's own time stamp:
+		// set by the same clock as the files it is compared with (on NFS
+		// and EFS the server's), never by comparing ours with it.
+		var st unix.Stat_t
+		if err := fstatat(int(dst.Fd()), PreparingName, &st); err != nil {
+			return "", Result{}, fmt.Errorf("datadir: %s: %w", dir, err)
+		}
+		cfg.settledBefore = time.Unix(st.Mtim.Unix()).Add(-cfg.settle)
 	}
 
 	var from *nodeid.Version
