@@ -8,7 +8,6 @@ import (
 	"os"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,10 +43,13 @@ type Provider struct {
 	graceful bool
 	ready    bool
 	known    VersionMappings
-	pending  map[string]time.Time // nonce -> send time of writes whose answer was lost
-	err      error
-	relErr   error // why the release on Close failed
-	detach   bool  // HandOff: stop without releasing
+	pending  map[string]time.Time // nonce -> send time of writes not yet answered with success
+	// unreadSince: when a rejected renewal first found the object
+	// unreadable; zero otherwise.
+	unreadSince time.Time
+	err         error
+	relErr      error // why the release on Close failed
+	detach      bool  // HandOff: stop without releasing
 
 	done     chan struct{} // closed when the tenure ends (lost or closed)
 	stop     chan struct{} // closed by Close
@@ -829,6 +831,9 @@ func (p *Provider) renew() (time.Duration, bool) {
 	sent := p.cfg.Clock.Now()
 	lease := p.newLease(p.instance, p.known.Clone(), sent)
 	etag, deadline := p.etag, p.deadline
+	// Recorded before sending: a duplicated request can land and have its
+	// twin answered 412, and reconcile must then recognise our own write.
+	p.pending[lease.Nonce] = sent
 	p.mu.Unlock()
 
 	if !sent.Before(deadline) && !bugOn(bugRenewAfterDeadline) {
@@ -848,16 +853,14 @@ func (p *Provider) renew() (time.Duration, bool) {
 	p.emit(Event{Kind: EventRenewalFailed, Instance: lease.Instance, Latency: p.cfg.Clock.Now().Sub(sent), Err: err})
 	switch {
 	case errors.Is(err, ErrNotFound):
-		p.recreateDeleted(lease.Instance, "", deadline)
-		p.lose("lease object deleted", err)
+		p.loseRestoring("lease object deleted", err, lease.Instance, "", deadline)
 		return 0, false
 	case errors.Is(err, ErrPreconditionFailed), errors.Is(err, ErrConflict):
 		return p.reconcile(err)
 	default:
-		// No answer: the write may have landed. Remember its nonce so a
-		// later 412 against our own write is not taken for a loss.
+		// No answer: the write may have landed. Its nonce stays pending,
+		// so a later 412 against our own write is not taken for a loss.
 		p.mu.Lock()
-		p.pending[lease.Nonce] = sent
 		holding := p.state == stateHolding
 		p.mu.Unlock()
 		if !holding {
@@ -870,8 +873,8 @@ func (p *Provider) renew() (time.Duration, bool) {
 }
 
 // recreateDeleted runs when the holder finds its lease object deleted (or
-// deleted and recreated below its version by another task), just before it
-// stops: it writes the object as an expiring lease of an unknown holder at
+// replaced below its version), after it has stopped counting itself as the
+// holder and before OnLost: it writes the object as an expiring lease of an unknown holder at
 // the holder's own version. Only the holder may know that version (with one
 // node ID, or before its peers learned it); without this the next holder
 // would start again from a lower one. With etag empty the write is a create
@@ -905,28 +908,42 @@ func (p *Provider) recreateDeleted(inst NodeInstance, etag string, deadline time
 }
 
 // reconcile reads the object after a 412 or 409 to tell our own landed write
-// (answer lost, or an SDK retry) from someone else's.
+// (answer lost, an SDK retry, a duplicated request) from someone else's.
 func (p *Provider) reconcile(cause error) (time.Duration, bool) {
+	now := p.cfg.Clock.Now()
 	p.mu.Lock()
 	inst, etag, deadline := p.instance, p.etag, p.deadline
 	p.mu.Unlock()
 
-	ctx, cancel := p.boundedContext(deadline, p.cfg.Clock.Now())
+	ctx, cancel := p.boundedContext(deadline, now)
 	defer cancel()
 	rec, err := p.repo.Get(ctx, inst.ID)
 	switch {
 	case errors.Is(err, ErrNotFound):
-		p.recreateDeleted(inst, "", deadline)
-		p.lose("lease object deleted", cause)
+		p.loseRestoring("lease object deleted", cause, inst, "", deadline)
 		return 0, false
 	case errors.Is(err, ErrCorruptLease):
 		p.lose("lease object overwritten with a corrupt object", err)
 		return 0, false
 	case err != nil:
-		return p.retryDelay(), true // cannot tell yet; the deadline still holds
+		// Cannot tell yet. A rejected renewal is most likely someone
+		// else's write, so the holder does not wait for its deadline:
+		// unreadable for a request timeout, it stops.
+		p.mu.Lock()
+		if p.unreadSince.IsZero() {
+			p.unreadSince = now
+		}
+		since := p.unreadSince
+		p.mu.Unlock()
+		if p.cfg.Clock.Now().Sub(since) >= p.cfg.RequestTimeout {
+			p.lose("renewal rejected and the lease object cannot be read", errors.Join(cause, err))
+			return 0, false
+		}
+		return p.retryDelay(), true
 	}
 
 	p.mu.Lock()
+	p.unreadSince = time.Time{}
 	sent, ours := p.pending[rec.Lease.Nonce]
 	p.mu.Unlock()
 	l := rec.Lease
@@ -936,15 +953,15 @@ func (p *Provider) reconcile(cause error) (time.Duration, bool) {
 		return p.renewed(sent, rec.ETag)
 	case errors.Is(cause, ErrConflict) && rec.ETag == etag:
 		return p.retryDelay(), true // nothing landed: try again
+	case l.Instance.ID == inst.ID && l.Instance.Version < inst.Version && l.Acquirable:
+		// Deleted and recreated below our version (by a task whose view
+		// was stale, or from outside): only we may know ours. Put it
+		// back, as an expiring lease, while stopping.
+		p.loseRestoring(fmt.Sprintf("lease object replaced below our version (task %q, version %d)", l.TaskID, l.Instance.Version), cause, inst, rec.ETag, deadline)
 	case !l.Acquirable:
 		p.lose("node id marked unusable (scaled down)", cause)
 	case !l.Held():
 		p.lose("lease released by someone else", cause)
-	case strings.HasPrefix(l.TaskID, recreatedPrefix) && l.Instance.ID == inst.ID && l.Instance.Version < inst.Version:
-		// Deleted and recreated by another task below our version: only
-		// we know ours. Put it back before stopping.
-		p.recreateDeleted(inst, rec.ETag, deadline)
-		p.lose(fmt.Sprintf("lease object deleted and recreated by %q at version %d", l.TaskID, l.Instance.Version), cause)
 	case l.TaskID != p.cfg.TaskID || l.Instance != inst:
 		p.lose(fmt.Sprintf("lease overwritten by task %q with version %d", l.TaskID, l.Instance.Version), cause)
 	default:
@@ -969,6 +986,7 @@ func (p *Provider) renewed(sent time.Time, etag string) (time.Duration, bool) {
 		return 0, false
 	}
 	p.etag = etag
+	p.unreadSince = time.Time{}
 	if d := sent.Add(p.validity()); d.After(p.deadline) {
 		p.deadline = d
 	}
@@ -1027,7 +1045,19 @@ const reasonSelfFence = "not renewed before the self-fence deadline"
 
 // lose ends the tenure: from here on Valid is false. OnLost runs outside the
 // lock.
-func (p *Provider) lose(reason string, cause error) {
+func (p *Provider) lose(reason string, cause error) { p.loseThen(reason, cause, nil) }
+
+// loseRestoring loses the lease, then writes the object back at inst's
+// version as an expiring lease (recreateDeleted), before OnLost runs: Valid
+// is false and Done closed from the start, and the write is still bounded by
+// the old deadline.
+func (p *Provider) loseRestoring(reason string, cause error, inst NodeInstance, etag string, deadline time.Time) {
+	p.loseThen(reason, cause, func() { p.recreateDeleted(inst, etag, deadline) })
+}
+
+// loseThen ends the tenure (Valid false, Done closed), runs then, if any,
+// and calls OnLost.
+func (p *Provider) loseThen(reason string, cause error, then func()) {
 	p.mu.Lock()
 	if p.state != stateHolding {
 		p.mu.Unlock()
@@ -1044,6 +1074,9 @@ func (p *Provider) lose(reason string, cause error) {
 	}
 	p.log.Error("lease lost", attrs...)
 	p.emit(Event{Kind: EventLost, Instance: err.Instance, Err: err, SelfFence: reason == reasonSelfFence})
+	if then != nil {
+		then()
+	}
 	p.cfg.OnLost(err)
 }
 

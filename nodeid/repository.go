@@ -114,6 +114,14 @@ func initializeFrom(ctx context.Context, repo Repository, listing Listing, size 
 		return b, nil
 	}
 	var created []Record
+	fresh := false
+	defer func() {
+		// A never-held object we created counts only if the marker, once
+		// another task created it, names it (see unfreshen).
+		if fresh && b.marker == nil && b.listing.MarkerSeen {
+			b.created = unfreshen(ctx, repo, b.created, taskID, leaseDuration, nonce)
+		}
+	}()
 	if len(missing) > 0 {
 		// Without a marker the cluster is fresh only if every object there
 		// is a never-held one; an empty listing of a bucket without a marker
@@ -126,6 +134,7 @@ func initializeFrom(ctx context.Context, repo Repository, listing Listing, size 
 		}
 		var err error
 		var listed bool
+		fresh = s.fresh
 		listing, created, listed, err = createMissing(ctx, repo, listing, missing, size, taskID, s, nonce, wait)
 		b.listing, b.created = listing, created
 		if err != nil {
@@ -169,6 +178,75 @@ func initializeFrom(ctx context.Context, repo Repository, listing Listing, size 
 	}
 	b.listing.MarkerSeen = true
 	return b, nil
+}
+
+// unfreshen checks the never-held objects this task created, thinking the
+// cluster fresh, against the cluster marker another task created, and
+// rewrites each one the marker does not name as an expiring lease of an
+// unknown holder, at the highest version any lease records. The listing
+// that made the cluster look fresh may have been out of date (the task was
+// paused after it, or it was stale): the marker existed, the object had been
+// held and was deleted from outside, and a never-held object there would
+// restart its version, and would be taken at once by Camunda's provider,
+// which reads it as free. The marker's creator listed every object before
+// creating it, so in a true cold start it names ours. It returns created
+// with the rewritten records replaced; one that cannot be rewritten (another
+// write got there first) is dropped, to be read again.
+func unfreshen(ctx context.Context, repo Repository, created []Record, taskID string, leaseDuration time.Duration, nonce func() string) []Record {
+	var suspect []int
+	for i, rec := range created {
+		if !rec.Lease.Held() {
+			suspect = append(suspect, i)
+		}
+	}
+	if len(suspect) == 0 {
+		return created
+	}
+	m, err := repo.Marker(ctx)
+	if err != nil {
+		m = ClusterMarker{} // unreadable: it proves nothing
+	}
+	var stale []int
+	for _, i := range suspect {
+		if m.Bootstrap == nil || m.Bootstrap[created[i].ID] != created[i].ETag {
+			stale = append(stale, i)
+		}
+	}
+	if len(stale) == 0 {
+		return created
+	}
+	s := survey{known: VersionMappings{}, duration: leaseDuration}
+	if listing, err := repo.List(ctx); err == nil {
+		s = surveyLeases(ctx, repo, listing, leaseDuration)
+	}
+	out := slices.Clone(created)
+	drop := map[int]bool{}
+	for _, i := range stale {
+		rec := created[i]
+		l := Lease{
+			TaskID:        recreatedPrefix + taskID,
+			Instance:      NodeInstance{ID: rec.ID, Version: max(s.known[rec.ID], 1)},
+			Expires:       time.Now().Add(s.duration),
+			Duration:      s.duration,
+			Nonce:         nonce(),
+			KnownVersions: s.known.Clone(),
+			Acquirable:    true,
+		}
+		etag, err := repo.Write(ctx, l, rec.ETag)
+		if err != nil {
+			drop[i] = true
+			continue
+		}
+		body, _ := l.Encode()
+		out[i] = Record{Slot: Slot{ID: rec.ID, ETag: etag, Size: int64(len(body))}, Lease: l}
+	}
+	kept := out[:0]
+	for i, rec := range out {
+		if !drop[i] {
+			kept = append(kept, rec)
+		}
+	}
+	return kept
 }
 
 // bootstrap is what initializeFrom leaves: the freshest listing it has, with
