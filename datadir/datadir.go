@@ -509,8 +509,9 @@ func Prepare(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 // named like a version. Nothing at or above inst's version is touched: a
 // newer directory may be being prepared by the task that holds the node
 // now. With Options.Cluster set, a root owned by another cluster is
-// ErrForeignCluster; Collect never claims a root. It returns the removed
-// directories.
+// ErrForeignCluster, and one not claimed yet is left alone (logged, nothing
+// removed): Collect never claims a root, and an unclaimed one may be another
+// cluster's. It returns the removed directories.
 func Collect(ctx context.Context, root string, inst nodeid.NodeInstance, opts Options) ([]string, error) {
 	cfg, err := opts.config()
 	if err != nil {
@@ -524,8 +525,15 @@ func Collect(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 		return nil, err
 	}
 	defer rootDir.Close()
-	if _, err := checkOwner(rootDir, root, cfg.cluster); err != nil {
+	log := cfg.log.With("node", inst.ID, "version", int64(inst.Version))
+	switch claim, err := checkOwner(rootDir, root, cfg.cluster); {
+	case err != nil:
 		return nil, err
+	case claim:
+		// Not claimed yet: it may be another cluster's, still in use.
+		// Prepare claims it and deletes nothing then either.
+		log.Warn("datadir: garbage collection skipped: the data root is not claimed by this cluster", "root", root, "cluster", cfg.cluster.String())
+		return nil, nil
 	}
 	node, err := openNodeDir(rootDir, nodeDirName(inst.ID), 0, false)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -535,7 +543,6 @@ func Collect(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 		return nil, err
 	}
 	defer node.Close()
-	log := cfg.log.With("node", inst.ID, "version", int64(inst.Version))
 	return collect(ctx, node.f, filepath.Join(root, nodeDirName(inst.ID)), inst.Version, cfg.keep, cfg.cluster, log)
 }
 
