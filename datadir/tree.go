@@ -59,12 +59,28 @@ type tree struct {
 	held   []*os.File // target directories that firstCopy entries name, closed at the end
 	heldOf *os.File   // the directory the last of held duplicates
 
+	// After an ungraceful takeover, each linked file as it was right after
+	// its linkat, by relative path: validation refuses any change since.
+	stampMu sync.Mutex
+	stamps  map[string]linkStamp
+
 	filesCopied, bytesCopied atomic.Int64
 	filesLinked, bytesLinked atomic.Int64
 	symlinks, skipped        atomic.Int64
 }
 
 type inodeKey struct{ dev, ino uint64 }
+
+// linkStamp is what a write (size, mtime) or a set-back mtime or new name
+// (ctime) changes on an inode.
+type linkStamp struct {
+	size         int64
+	mtime, ctime unix.Timespec
+}
+
+func stampOf(st *unix.Stat_t) linkStamp {
+	return linkStamp{size: st.Size, mtime: st.Mtim, ctime: st.Ctim}
+}
 
 // firstCopy is the first target name of a copied multi-name source file;
 // done is closed once its copy has ended, err is its result.
@@ -137,6 +153,7 @@ func (t *tree) copyAndValidate(res *Result) (err error) {
 	defer t.srcRoot.Close()
 	t.sem = make(chan struct{}, t.cfg.workers)
 	t.copies = map[inodeKey]*firstCopy{}
+	t.stamps = map[string]linkStamp{}
 	defer func() {
 		for _, d := range t.held {
 			d.Close()
@@ -385,9 +402,22 @@ func (t *tree) copyFile(src, dst *os.File, name, rel string) (err error) {
 
 // link hard-links the source file into the target. linkat without
 // AT_SYMLINK_FOLLOW links a symlink itself, never what it points to.
+// After an ungraceful takeover it records the inode as linked: a stale
+// holder's write after that point can set the mtime back, not the ctime.
+// (After a graceful one nobody writes it, and linking every name of a
+// multi-name file would move its ctime anyway.)
 func (t *tree) link(src, dst *os.File, name, rel string, size int64) error {
 	if err := unix.Linkat(int(src.Fd()), name, int(dst.Fd()), name, 0); err != nil {
 		return &os.LinkError{Op: "linkat", Old: path.Join(t.src, rel), New: path.Join(t.dst, rel), Err: err}
+	}
+	if !t.cfg.graceful {
+		var st unix.Stat_t
+		if err := fstatat(int(dst.Fd()), name, &st); err != nil {
+			return err
+		}
+		t.stampMu.Lock()
+		t.stamps[rel] = stampOf(&st)
+		t.stampMu.Unlock()
 	}
 	t.filesLinked.Add(1)
 	t.bytesLinked.Add(size)
@@ -568,6 +598,21 @@ func (t *tree) validateDir(src, dst *os.File, dir string) error {
 			// not its mtime): a stale holder still writes it.
 			if !t.cfg.graceful && !t.cfg.settledBefore.IsZero() && ss.Mtim.Nano() >= t.cfg.settledBefore.UnixNano() {
 				return bad("linked, but the source file was written since")
+			}
+			// Written (or touched) since our linkat, even with its mtime
+			// set back: that moves the ctime.
+			if !t.cfg.graceful {
+				t.stampMu.Lock()
+				was, ok := t.stamps[rel]
+				t.stampMu.Unlock()
+				switch {
+				case !ok:
+					return bad("a hard link to the source that this preparation did not make")
+				case stampOf(&ds) != was:
+					return bad("linked, but the file changed since it was linked (size %d→%d, mtime %v→%v, ctime %v→%v)",
+						was.size, ds.Size, time.Unix(was.mtime.Unix()), time.Unix(ds.Mtim.Unix()),
+						time.Unix(was.ctime.Unix()), time.Unix(ds.Ctim.Unix()))
+				}
 			}
 		case actCopy:
 			if sameInode {
