@@ -27,6 +27,7 @@ var (
 	testHookFile           func(rel string) // before each regular file is copied or linked
 	testHookBeforeValidate func(dir string)
 	testHookAfterMkdir     func(dir string) // after Prepare created its target
+	testHookAfterCreateIP  func(dir string) // after Prepare created its in-progress file, before its fstatat
 )
 
 // tree copies one version directory of a node to another and validates the
