@@ -320,7 +320,10 @@ func parseVersionDirName(name string) (nodeid.Version, bool) {
 // The new directory holds PreparingName while it is being prepared, and the
 // marker is written only after the copy is validated and flushed to storage,
 // so a crash at any point leaves either a complete copy or a directory that
-// the next Prepare or Collect recognises as its own leftover.
+// the next Prepare or Collect recognises as its own leftover. After the
+// marker the target is checked once more against what validation found, and
+// the marker removed (ErrValidation) if entries went meanwhile: another
+// provider's GC may have been deleting it.
 //
 // Garbage collection failures are logged, not returned: the directory is
 // ready by then and a cleanup problem must not keep the node from starting.
@@ -451,7 +454,10 @@ func Prepare(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 		cfg.settledBefore = time.Unix(ip.Mtim.Unix()).Add(-cfg.settle)
 	}
 
-	var from *nodeid.Version
+	var (
+		from *nodeid.Version
+		t    *tree
+	)
 	if p.source.dir != nil {
 		src := p.source.v
 		res.HasSource, res.Source, from = true, src, &src
@@ -460,7 +466,7 @@ func Prepare(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 		if err != nil {
 			return "", Result{}, fmt.Errorf("%w: source %s: %w", ErrValidation, p.source.name, err)
 		}
-		t := &tree{
+		t = &tree{
 			ctx: ctx, cfg: cfg, log: log, node: node.r,
 			src: p.source.name, dst: target,
 			srcDir: p.source.dir, dstDir: dst,
@@ -495,6 +501,24 @@ func Prepare(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 	markerStart = true
 	if err := writeMarker(dst, m); err != nil {
 		return "", Result{}, fmt.Errorf("datadir: writing marker in %s: %w", dir, err)
+	}
+	if testHookAfterMarker != nil {
+		testHookAfterMarker(dir)
+	}
+	// Another provider's GC (Camunda's) may have been deleting the target
+	// while it was flushed: a marker over a torn copy is the one thing it
+	// must never vouch for. The in-progress file is still there, so without
+	// the marker the directory is our leftover again.
+	if t != nil {
+		if err := t.recheck(); err != nil {
+			if !errors.Is(err, ErrValidation) {
+				err = fmt.Errorf("datadir: checking %s again after its marker: %w", dir, err)
+			}
+			if rerr := unmark(dst); rerr != nil {
+				return "", Result{}, fmt.Errorf("%w (removing the marker of %s failed too: %w)", err, dir, rerr)
+			}
+			return "", Result{}, err
+		}
 	}
 	// Valid now whatever happens to this file: a leftover copy is ignored.
 	if err := unlinkAt(dst, PreparingName); err != nil {
@@ -913,6 +937,14 @@ func collect(ctx context.Context, node *os.File, nodePath string, current nodeid
 			"why", "no valid marker and no in-progress file of this cluster; remove them by hand once checked")
 	}
 	return removed, errors.Join(errs...)
+}
+
+// unmark removes the marker of dir durably.
+func unmark(dir *os.File) error {
+	if err := unlinkAt(dir, MarkerName); err != nil {
+		return err
+	}
+	return dir.Sync()
 }
 
 // takenOver re-inspects the target name of node after Prepare failed in

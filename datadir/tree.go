@@ -10,6 +10,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
@@ -28,6 +29,7 @@ var (
 	testHookBeforeValidate func(dir string)
 	testHookAfterMkdir     func(dir string) // after Prepare created its target
 	testHookAfterCreateIP  func(dir string) // after Prepare created its in-progress file, before its fstatat
+	testHookAfterMarker    func(dir string) // after Prepare wrote its marker, before its recheck
 )
 
 // tree copies one version directory of a node to another and validates the
@@ -65,6 +67,9 @@ type tree struct {
 	stampMu sync.Mutex
 	stamps  map[string]linkStamp
 
+	// What validation found in the target, by relative path, for recheck.
+	carried map[string]carriedEntry
+
 	filesCopied, bytesCopied atomic.Int64
 	filesLinked, bytesLinked atomic.Int64
 	symlinks, skipped        atomic.Int64
@@ -81,6 +86,13 @@ type linkStamp struct {
 
 func stampOf(st *unix.Stat_t) linkStamp {
 	return linkStamp{size: st.Size, mtime: st.Mtim, ctime: st.Ctim}
+}
+
+// carriedEntry is a validated target entry: its type and, for a regular
+// file, its size.
+type carriedEntry struct {
+	typ  uint32
+	size int64
 }
 
 // firstCopy is the first target name of a copied multi-name source file;
@@ -515,6 +527,7 @@ func (t *tree) logProgress() (stop func()) {
 // symlinks), a few system calls per file, because with hard links
 // validation costs as much as the linking itself.
 func (t *tree) validate() error {
+	t.carried = map[string]carriedEntry{}
 	return t.validateDir(t.srcDir, t.dstDir, "")
 }
 
@@ -557,6 +570,11 @@ func (t *tree) validateDir(src, dst *os.File, dir string) error {
 		if st, dt := ss.Mode&unix.S_IFMT, ds.Mode&unix.S_IFMT; st != dt {
 			return bad("file type %#o in the target, %#o in the source", dt, st)
 		}
+		ce := carriedEntry{typ: ds.Mode & unix.S_IFMT}
+		if ce.typ == unix.S_IFREG {
+			ce.size = ds.Size
+		}
+		t.carried[rel] = ce
 		sameInode := ss.Dev == ds.Dev && ss.Ino == ds.Ino
 		if act == actLink && !t.cfg.graceful && !sameInode && !t.shareable(&ss) {
 			// An immutable name of a file with other names, or changed
@@ -632,6 +650,66 @@ func (t *tree) validateDir(src, dst *os.File, dir string) error {
 				if !same {
 					return bad("content differs")
 				}
+			}
+		}
+	}
+	return nil
+}
+
+// recheck checks, after the marker was written, that everything validation
+// found in the target is still there, with the same type and size. Another
+// provider's GC (Camunda's deletes every directory without a valid marker)
+// may have been deleting the target while it was flushed; a deletion after
+// recheck still goes through (see docs/datadir.md).
+func (t *tree) recheck() error {
+	missing := maps.Clone(t.carried)
+	if err := t.recheckDir(t.dstDir, "", missing); err != nil {
+		return err
+	}
+	if len(missing) > 0 {
+		rel := slices.Min(slices.Collect(maps.Keys(missing)))
+		return fmt.Errorf("%w: %s: gone from the target after validation (%d entries; deleted by another provider's garbage collection?)",
+			ErrValidation, rel, len(missing))
+	}
+	return nil
+}
+
+// recheckDir deletes from missing what it finds, unchanged, below dir.
+func (t *tree) recheckDir(d *os.File, dir string, missing map[string]carriedEntry) error {
+	names, err := readDirNames(d)
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		rel := path.Join(dir, name)
+		want, ok := missing[rel]
+		if !ok {
+			continue
+		}
+		var st unix.Stat_t
+		switch err := fstatat(int(d.Fd()), name, &st); {
+		case errors.Is(err, fs.ErrNotExist):
+			continue // reported as missing
+		case err != nil:
+			return err
+		}
+		if typ := st.Mode & unix.S_IFMT; typ != want.typ || typ == unix.S_IFREG && st.Size != want.size {
+			return fmt.Errorf("%w: %s changed after validation (type %#o, size %d; validated %#o, %d)",
+				ErrValidation, rel, typ, st.Size, want.typ, want.size)
+		}
+		delete(missing, rel)
+		if want.typ == unix.S_IFDIR {
+			sub, err := openDirAt(d, name)
+			switch {
+			case errors.Is(err, fs.ErrNotExist):
+				continue // what was below it is reported as missing
+			case err != nil:
+				return err
+			}
+			err = t.recheckDir(sub, rel, missing)
+			sub.Close()
+			if err != nil {
+				return err
 			}
 		}
 	}
