@@ -465,3 +465,66 @@ func TestZeebePresetLinksSnapshotsAtAnyDepth(t *testing.T) {
 		t.Errorf("%s not hard-linked after a crash (filesCopied=%d, filesLinked=%d); Camunda's copier links it", rel, res.FilesCopied, res.FilesLinked)
 	}
 }
+
+// The re-check after the marker, deterministically: an entry of the target
+// deleted, or a copied file's size changed, between validation and the
+// re-check (here, right after the marker) fails the preparation with
+// ErrValidation; the marker is removed and the directory is our leftover
+// again. A deletion after the re-check is the residual that no check of
+// ours can close (see docs/datadir.md).
+func TestTargetChangedAfterTheMarkerFailsThePreparation(t *testing.T) {
+	files := map[string]string{
+		"raft-partition/partitions/1/log-1.log":                    "journal",
+		"raft-partition/partitions/1/snapshots/1-1-5-4/000042.sst": "snapshot",
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(t *testing.T, dir string)
+	}{
+		{"a copied file deleted", func(t *testing.T, dir string) {
+			if err := os.Remove(filepath.Join(dir, "raft-partition/partitions/1/log-1.log")); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"a linked file deleted", func(t *testing.T, dir string) {
+			if err := os.Remove(filepath.Join(dir, "raft-partition/partitions/1/snapshots/1-1-5-4/000042.sst")); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"a directory deleted", func(t *testing.T, dir string) {
+			if err := os.RemoveAll(filepath.Join(dir, "raft-partition/partitions/1/snapshots")); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"a copied file truncated", func(t *testing.T, dir string) {
+			if err := os.Truncate(filepath.Join(dir, "raft-partition/partitions/1/log-1.log"), 0); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			v4 := makeVersion(t, root, 0, 4, files, -1)
+			writeFiles(t, v4, map[string]string{MarkerName: camundaMarker(4, ver(3))})
+			setHook(t, &testHookAfterMarker, func(dir string) { tc.change(t, dir) })
+			opts := Options{Rules: zeebe(t), Tenure: "task-a", Logger: quiet}
+			_, _, err := Prepare(context.Background(), root, inst(0, 5), opts)
+			if !errors.Is(err, ErrValidation) {
+				t.Fatalf("err = %v, want ErrValidation", err)
+			}
+			target := Dir(root, inst(0, 5))
+			if exists(t, filepath.Join(target, MarkerName)) {
+				t.Error("the marker stayed over a torn copy")
+			}
+			if !exists(t, filepath.Join(target, PreparingName)) {
+				t.Error("the in-progress file is gone: no longer our leftover")
+			}
+			testHookAfterMarker = nil
+			dir, res := mustPrepare(t, root, inst(0, 5), opts)
+			if !res.Redone {
+				t.Error("the retry did not redo v5")
+			}
+			equalMaps(t, contents(t, dir), files)
+		})
+	}
+}

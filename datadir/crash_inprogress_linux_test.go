@@ -98,6 +98,7 @@ func TestOnlyAnInProgressFile(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()
+			claimRoot(t, root, clusterA) // Collect deletes nothing on an unclaimed root
 			makeVersion(t, root, 0, 1, map[string]string{"data": "v1"}, 1)
 			dir := Dir(root, inst(0, 2))
 			if err := os.MkdirAll(dir, 0o750); err != nil {

@@ -320,7 +320,10 @@ func parseVersionDirName(name string) (nodeid.Version, bool) {
 // The new directory holds PreparingName while it is being prepared, and the
 // marker is written only after the copy is validated and flushed to storage,
 // so a crash at any point leaves either a complete copy or a directory that
-// the next Prepare or Collect recognises as its own leftover.
+// the next Prepare or Collect recognises as its own leftover. After the
+// marker the target is checked once more against what validation found, and
+// the marker removed (ErrValidation) if entries went meanwhile: another
+// provider's GC may have been deleting it.
 //
 // Garbage collection failures are logged, not returned: the directory is
 // ready by then and a cleanup problem must not keep the node from starting.
@@ -392,42 +395,69 @@ func Prepare(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 		res.Redone = true
 	}
 
-	dst, err := makeDir(node.f, target, cfg.dirMode)
+	dst, err := makeDir(node.f, target, cfg.dirMode, true)
 	switch {
 	case errors.Is(err, fs.ErrExist):
 		// Created since it was judged: by another holder of this version.
 		return "", Result{}, fmt.Errorf("%w: %s appeared after it was judged: another holder of this version is preparing it: %w",
 			ErrVersionUsed, dir, err)
+	case errors.Is(err, errNotFresh):
+		// Ours was removed (judged empty) and made again after our mkdir.
+		return "", Result{}, fmt.Errorf("%w: %s was removed and made again after our mkdir: another holder of this version is preparing it: %w",
+			ErrVersionUsed, dir, err)
 	case err != nil:
 		return "", Result{}, fmt.Errorf("datadir: creating %s: %w", dir, err)
 	}
 	defer dst.Close()
+	var (
+		ours        *unix.Stat_t // our in-progress file, once created
+		markerStart bool         // a marker there may be ours from here on
+	)
 	defer func() {
 		// An empty target is redone by whoever judges it first: if ours was
-		// removed (then creating in it fails), the other holder of this
-		// version proceeds, and we must refuse, not just fail.
-		if err != nil && goneAt(node.f, target, dst) {
-			err = fmt.Errorf("%w: %s was removed while it was being prepared, by another holder of this version: %w", ErrVersionUsed, dir, err)
+		// removed, another holder of this version proceeds, and whatever
+		// failed here must be a refusal, never an ordinary error.
+		if err == nil || errors.Is(err, ErrVersionUsed) {
+			return
+		}
+		if why := takenOver(node.f, target, dst, ours, cfg.tenure, markerStart); why != "" {
+			err = fmt.Errorf("%w: %s %s, by another holder of this version: %w", ErrVersionUsed, dir, why, err)
 		}
 	}()
 	if testHookAfterMkdir != nil {
 		testHookAfterMkdir(dir)
 	}
-	if err := writeInProgress(dst, inst.Version, cfg.cluster, cfg.tenure, false); err != nil {
+	switch err := writeInProgress(dst, inst.Version, cfg.cluster, cfg.tenure, false); {
+	case errors.Is(err, fs.ErrExist):
+		return "", Result{}, fmt.Errorf("%w: %s holds another holder's in-progress file: %w", ErrVersionUsed, dir, err)
+	case err != nil:
 		return "", Result{}, fmt.Errorf("datadir: marking %s as in progress: %w", dir, err)
 	}
+	if testHookAfterCreateIP != nil {
+		testHookAfterCreateIP(dir)
+	}
+	// Our file as created: takenOver tells it from another holder's, and
+	// SettleTime counts from its time stamp.
+	var ip unix.Stat_t
+	switch err := fstatat(int(dst.Fd()), PreparingName, &ip); {
+	case errors.Is(err, fs.ErrNotExist):
+		// Unlinked by another holder's redo (it judged it empty).
+		return "", Result{}, fmt.Errorf("%w: %s: our in-progress file was removed, by another holder of this version: %w", ErrVersionUsed, dir, err)
+	case err != nil:
+		return "", Result{}, fmt.Errorf("datadir: %s: %w", dir, err)
+	}
+	ours = &ip
 	if cfg.settle > 0 {
 		// The cutoff counts from the in-progress file's own time stamp:
 		// set by the same clock as the files it is compared with (on NFS
 		// and EFS the server's), never by comparing ours with it.
-		var st unix.Stat_t
-		if err := fstatat(int(dst.Fd()), PreparingName, &st); err != nil {
-			return "", Result{}, fmt.Errorf("datadir: %s: %w", dir, err)
-		}
-		cfg.settledBefore = time.Unix(st.Mtim.Unix()).Add(-cfg.settle)
+		cfg.settledBefore = time.Unix(ip.Mtim.Unix()).Add(-cfg.settle)
 	}
 
-	var from *nodeid.Version
+	var (
+		from *nodeid.Version
+		t    *tree
+	)
 	if p.source.dir != nil {
 		src := p.source.v
 		res.HasSource, res.Source, from = true, src, &src
@@ -436,7 +466,7 @@ func Prepare(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 		if err != nil {
 			return "", Result{}, fmt.Errorf("%w: source %s: %w", ErrValidation, p.source.name, err)
 		}
-		t := &tree{
+		t = &tree{
 			ctx: ctx, cfg: cfg, log: log, node: node.r,
 			src: p.source.name, dst: target,
 			srcDir: p.source.dir, dstDir: dst,
@@ -468,8 +498,27 @@ func Prepare(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 		return "", Result{}, err
 	}
 	m := Marker{InitializedAt: time.Now().UTC(), Version: inst.Version, InitializedFrom: from}
+	markerStart = true
 	if err := writeMarker(dst, m); err != nil {
 		return "", Result{}, fmt.Errorf("datadir: writing marker in %s: %w", dir, err)
+	}
+	if testHookAfterMarker != nil {
+		testHookAfterMarker(dir)
+	}
+	// Another provider's GC (Camunda's) may have been deleting the target
+	// while it was flushed: a marker over a torn copy is the one thing it
+	// must never vouch for. The in-progress file is still there, so without
+	// the marker the directory is our leftover again.
+	if t != nil {
+		if err := t.recheck(); err != nil {
+			if !errors.Is(err, ErrValidation) {
+				err = fmt.Errorf("datadir: checking %s again after its marker: %w", dir, err)
+			}
+			if rerr := unmark(dst); rerr != nil {
+				return "", Result{}, fmt.Errorf("%w (removing the marker of %s failed too: %w)", err, dir, rerr)
+			}
+			return "", Result{}, err
+		}
 	}
 	// Valid now whatever happens to this file: a leftover copy is ignored.
 	if err := unlinkAt(dst, PreparingName); err != nil {
@@ -509,8 +558,9 @@ func Prepare(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 // named like a version. Nothing at or above inst's version is touched: a
 // newer directory may be being prepared by the task that holds the node
 // now. With Options.Cluster set, a root owned by another cluster is
-// ErrForeignCluster; Collect never claims a root. It returns the removed
-// directories.
+// ErrForeignCluster, and one not claimed yet is left alone (logged, nothing
+// removed): Collect never claims a root, and an unclaimed one may be another
+// cluster's. It returns the removed directories.
 func Collect(ctx context.Context, root string, inst nodeid.NodeInstance, opts Options) ([]string, error) {
 	cfg, err := opts.config()
 	if err != nil {
@@ -524,8 +574,15 @@ func Collect(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 		return nil, err
 	}
 	defer rootDir.Close()
-	if _, err := checkOwner(rootDir, root, cfg.cluster); err != nil {
+	log := cfg.log.With("node", inst.ID, "version", int64(inst.Version))
+	switch claim, err := checkOwner(rootDir, root, cfg.cluster); {
+	case err != nil:
 		return nil, err
+	case claim:
+		// Not claimed yet: it may be another cluster's, still in use.
+		// Prepare claims it and deletes nothing then either.
+		log.Warn("datadir: garbage collection skipped: the data root is not claimed by this cluster", "root", root, "cluster", cfg.cluster.String())
+		return nil, nil
 	}
 	node, err := openNodeDir(rootDir, nodeDirName(inst.ID), 0, false)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -535,7 +592,6 @@ func Collect(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 		return nil, err
 	}
 	defer node.Close()
-	log := cfg.log.With("node", inst.ID, "version", int64(inst.Version))
 	return collect(ctx, node.f, filepath.Join(root, nodeDirName(inst.ID)), inst.Version, cfg.keep, cfg.cluster, log)
 }
 
@@ -589,7 +645,7 @@ func openNodeDir(root *os.Root, name string, mode fs.FileMode, create bool) (*no
 	defer rf.Close()
 	var f *os.File
 	if create {
-		f, err = makeDir(rf, name, mode)
+		f, err = makeDir(rf, name, mode, false)
 		if errors.Is(err, fs.ErrExist) {
 			err = nil
 		}
@@ -881,6 +937,47 @@ func collect(ctx context.Context, node *os.File, nodePath string, current nodeid
 			"why", "no valid marker and no in-progress file of this cluster; remove them by hand once checked")
 	}
 	return removed, errors.Join(errs...)
+}
+
+// unmark removes the marker of dir durably.
+func unmark(dir *os.File) error {
+	if err := unlinkAt(dir, MarkerName); err != nil {
+		return err
+	}
+	return dir.Sync()
+}
+
+// takenOver re-inspects the target name of node after Prepare failed in
+// dst, the directory it created there, and says why another holder of the
+// version has it now, or "" if nothing shows that. ours is our in-progress
+// file (nil before it was created); another inode, or a file naming another
+// tenure (inode numbers are reused), is someone else's. After markerStart
+// a marker may be ours.
+func takenOver(node *os.File, name string, dst *os.File, ours *unix.Stat_t, tenure string, markerStart bool) string {
+	if goneAt(node, name, dst) {
+		return "was removed or replaced while it was being prepared"
+	}
+	d, err := openDirAt(node, name)
+	if err != nil {
+		return ""
+	}
+	defer d.Close()
+	var st unix.Stat_t
+	if !markerStart && fstatat(int(d.Fd()), MarkerName, &st) == nil {
+		return "holds a marker this preparation did not write"
+	}
+	if fstatat(int(d.Fd()), PreparingName, &st) != nil {
+		return ""
+	}
+	if ours != nil && (st.Dev != ours.Dev || st.Ino != ours.Ino) {
+		return "holds an in-progress file this preparation did not write"
+	}
+	if b, err := readSmallFileAt(d, PreparingName); err == nil {
+		if ip, ok := parseInProgress(b); ok && ip.Tenure != tenure {
+			return fmt.Sprintf("holds the in-progress file of tenure %q", ip.Tenure)
+		}
+	}
+	return ""
 }
 
 // removeValid turns a valid directory into our leftover before deleting it:

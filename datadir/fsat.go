@@ -67,15 +67,32 @@ func openDirAt(dir *os.File, name string) (*os.File, error) {
 	return os.NewFile(uintptr(fd), path.Join(dir.Name(), name)), nil
 }
 
+// errNotFresh reports that the directory makeDir opened is not empty.
+var errNotFresh = errors.New("not the empty directory just created")
+
 // makeDir creates the directory name in dir with mode (applied with
-// fchmod: mkdir is subject to the umask) and opens it.
-func makeDir(dir *os.File, name string, mode fs.FileMode) (*os.File, error) {
+// fchmod: mkdir is subject to the umask) and opens it. The open is by name,
+// so between the two the directory may have been removed and the name made
+// again by someone else (there is no mkdir that returns a descriptor, and
+// NFS has no RENAME_NOREPLACE to build one): with fresh, what was opened
+// must be empty, or it is errNotFresh and left untouched.
+func makeDir(dir *os.File, name string, mode fs.FileMode, fresh bool) (*os.File, error) {
 	if err := unix.Mkdirat(int(dir.Fd()), name, uint32(mode.Perm())); err != nil {
 		return nil, &os.PathError{Op: "mkdirat", Path: path.Join(dir.Name(), name), Err: err}
 	}
 	d, err := openDirAt(dir, name)
 	if err != nil {
 		return nil, err
+	}
+	if fresh {
+		switch empty, err := isEmpty(d); {
+		case err != nil:
+			d.Close()
+			return nil, err
+		case !empty:
+			d.Close()
+			return nil, fmt.Errorf("%s: %w", d.Name(), errNotFresh)
+		}
 	}
 	if err := d.Chmod(mode); err != nil {
 		d.Close()

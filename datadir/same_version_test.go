@@ -236,3 +236,61 @@ func TestTargetCreatedAfterJudgementIsVersionUsed(t *testing.T) {
 		t.Errorf("A's marker = %v", m)
 	}
 }
+
+// Once Prepare has created its target, any sign that another holder of the
+// version has it (its in-progress file, a marker, our in-progress file
+// gone or replaced) makes a failure a typed refusal, ErrVersionUsed: an
+// untyped error would make nodeid-init release the lease as graceful, and
+// the next holder hard-link the winner's files (found by review). A failure
+// without such a sign stays an ordinary error.
+func TestAnotherHolderInOurNewTargetIsVersionUsed(t *testing.T) {
+	files := map[string]string{"log/segment-1": "data of v1"}
+	planted := func(t *testing.T, dir string) { writeFiles(t, dir, map[string]string{"log/segment-1": "planted"}) }
+	for _, tc := range []struct {
+		name  string
+		hook  *func(string)
+		do    func(t *testing.T, dir string)
+		typed bool
+	}{
+		{"its in-progress file created before ours", &testHookAfterMkdir, func(t *testing.T, dir string) {
+			writePreparingTenure(t, dir, 2, clusterA, "task-b")
+		}, true},
+		{"ours unlinked by its redo before the fstatat (SettleTime)", &testHookAfterCreateIP, func(t *testing.T, dir string) {
+			if err := os.Remove(filepath.Join(dir, PreparingName)); err != nil {
+				t.Fatal(err)
+			}
+		}, true},
+		{"ours replaced by its own, then the copy fails", &testHookFile, func(t *testing.T, dir string) {
+			if err := os.Remove(filepath.Join(dir, PreparingName)); err != nil {
+				t.Fatal(err)
+			}
+			writePreparingTenure(t, dir, 2, clusterA, "task-b")
+			planted(t, dir)
+		}, true},
+		{"its marker, then the copy fails", &testHookFile, func(t *testing.T, dir string) {
+			writeFiles(t, dir, map[string]string{MarkerName: camundaMarker(2, ver(1))})
+			planted(t, dir)
+		}, true},
+		{"no sign of it, the copy fails", &testHookFile, planted, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			claimRoot(t, root, clusterA)
+			makeVersion(t, root, 0, 1, files, 1)
+			dir := Dir(root, inst(0, 2))
+			var once atomic.Bool
+			setHook(t, tc.hook, func(string) {
+				if once.CompareAndSwap(false, true) {
+					tc.do(t, dir)
+				}
+			})
+			_, _, err := Prepare(context.Background(), root, inst(0, 2), Options{Cluster: clusterA, Tenure: "task-a", SettleTime: time.Minute, Logger: quiet})
+			if err == nil {
+				t.Fatal("Prepare succeeded")
+			}
+			if got := errors.Is(err, ErrVersionUsed); got != tc.typed {
+				t.Errorf("err = %v; ErrVersionUsed = %v, want %v", err, got, tc.typed)
+			}
+		})
+	}
+}

@@ -104,6 +104,69 @@ func TestSettledFileWrittenAfterItWasLinkedFailsValidation(t *testing.T) {
 	}
 }
 
+// A settled file is linked; during the copy the stale holder writes it
+// through the descriptor it still holds and sets its mtime back (as touch
+// -r, cp -p or tar do). The mtime check alone passes that; the ctime, size
+// and mtime recorded right after our linkat do not, with SettleTime or
+// without (found by review).
+func TestLinkedFileWrittenThenMtimeSetBackFailsValidation(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		settle time.Duration
+		write  func(f *os.File) error
+	}{
+		{"appended", 100 * time.Millisecond, func(f *os.File) error {
+			_, err := f.Write([]byte(" + stale write"))
+			return err
+		}},
+		{"overwritten with the same size", 100 * time.Millisecond, func(f *os.File) error {
+			_, err := f.WriteAt([]byte("STALE!!!"), 0)
+			return err
+		}},
+		{"overwritten with the same size, no SettleTime", 0, func(f *os.File) error {
+			_, err := f.WriteAt([]byte("STALE!!!"), 0)
+			return err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			rel := "snapshots/1/000042.sst"
+			src := makeVersion(t, root, 0, 4, map[string]string{rel: "snapshot"}, 4)
+			file := filepath.Join(src, rel)
+			f, err := os.OpenFile(file, os.O_WRONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			time.Sleep(3 * tc.settle)
+			fi, err := os.Stat(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			old := fi.ModTime()
+			setHook(t, &testHookBeforeValidate, func(string) {
+				// Past the file system's timestamp granularity, so the
+				// write moves the ctime (see docs/datadir.md).
+				time.Sleep(20 * time.Millisecond)
+				if err := tc.write(f); err != nil {
+					t.Error(err)
+				}
+				if err := os.Chtimes(file, old, old); err != nil {
+					t.Error(err)
+				}
+			})
+			dir, _, err := Prepare(context.Background(), root, inst(0, 5), Options{Rules: zeebe(t), SettleTime: tc.settle, Logger: quiet})
+			if !errors.Is(err, ErrValidation) {
+				b, _ := os.ReadFile(filepath.Join(dir, rel))
+				t.Fatalf("err = %v, want ErrValidation (v5's %s, linked: %v, holds %q)", err, rel, dir != "" && sameInode(t, src, dir, rel), b)
+			}
+			if exists(t, filepath.Join(Dir(root, inst(0, 5)), MarkerName)) {
+				t.Error("v5 got a marker")
+			}
+		})
+	}
+}
+
 func TestNegativeSettleTimeIsInvalid(t *testing.T) {
 	if _, _, err := Prepare(context.Background(), t.TempDir(), inst(0, 1), Options{SettleTime: -time.Second, Logger: quiet}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("err = %v, want ErrInvalid", err)

@@ -10,6 +10,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
@@ -27,6 +28,8 @@ var (
 	testHookFile           func(rel string) // before each regular file is copied or linked
 	testHookBeforeValidate func(dir string)
 	testHookAfterMkdir     func(dir string) // after Prepare created its target
+	testHookAfterCreateIP  func(dir string) // after Prepare created its in-progress file, before its fstatat
+	testHookAfterMarker    func(dir string) // after Prepare wrote its marker, before its recheck
 )
 
 // tree copies one version directory of a node to another and validates the
@@ -59,12 +62,38 @@ type tree struct {
 	held   []*os.File // target directories that firstCopy entries name, closed at the end
 	heldOf *os.File   // the directory the last of held duplicates
 
+	// After an ungraceful takeover, each linked file as it was right after
+	// its linkat, by relative path: validation refuses any change since.
+	stampMu sync.Mutex
+	stamps  map[string]linkStamp
+
+	// What validation found in the target, by relative path, for recheck.
+	carried map[string]carriedEntry
+
 	filesCopied, bytesCopied atomic.Int64
 	filesLinked, bytesLinked atomic.Int64
 	symlinks, skipped        atomic.Int64
 }
 
 type inodeKey struct{ dev, ino uint64 }
+
+// linkStamp is what a write (size, mtime) or a set-back mtime or new name
+// (ctime) changes on an inode.
+type linkStamp struct {
+	size         int64
+	mtime, ctime unix.Timespec
+}
+
+func stampOf(st *unix.Stat_t) linkStamp {
+	return linkStamp{size: st.Size, mtime: st.Mtim, ctime: st.Ctim}
+}
+
+// carriedEntry is a validated target entry: its type and, for a regular
+// file, its size.
+type carriedEntry struct {
+	typ  uint32
+	size int64
+}
 
 // firstCopy is the first target name of a copied multi-name source file;
 // done is closed once its copy has ended, err is its result.
@@ -137,6 +166,7 @@ func (t *tree) copyAndValidate(res *Result) (err error) {
 	defer t.srcRoot.Close()
 	t.sem = make(chan struct{}, t.cfg.workers)
 	t.copies = map[inodeKey]*firstCopy{}
+	t.stamps = map[string]linkStamp{}
 	defer func() {
 		for _, d := range t.held {
 			d.Close()
@@ -385,9 +415,22 @@ func (t *tree) copyFile(src, dst *os.File, name, rel string) (err error) {
 
 // link hard-links the source file into the target. linkat without
 // AT_SYMLINK_FOLLOW links a symlink itself, never what it points to.
+// After an ungraceful takeover it records the inode as linked: a stale
+// holder's write after that point can set the mtime back, not the ctime.
+// (After a graceful one nobody writes it, and linking every name of a
+// multi-name file would move its ctime anyway.)
 func (t *tree) link(src, dst *os.File, name, rel string, size int64) error {
 	if err := unix.Linkat(int(src.Fd()), name, int(dst.Fd()), name, 0); err != nil {
 		return &os.LinkError{Op: "linkat", Old: path.Join(t.src, rel), New: path.Join(t.dst, rel), Err: err}
+	}
+	if !t.cfg.graceful {
+		var st unix.Stat_t
+		if err := fstatat(int(dst.Fd()), name, &st); err != nil {
+			return err
+		}
+		t.stampMu.Lock()
+		t.stamps[rel] = stampOf(&st)
+		t.stampMu.Unlock()
 	}
 	t.filesLinked.Add(1)
 	t.bytesLinked.Add(size)
@@ -484,6 +527,7 @@ func (t *tree) logProgress() (stop func()) {
 // symlinks), a few system calls per file, because with hard links
 // validation costs as much as the linking itself.
 func (t *tree) validate() error {
+	t.carried = map[string]carriedEntry{}
 	return t.validateDir(t.srcDir, t.dstDir, "")
 }
 
@@ -526,6 +570,11 @@ func (t *tree) validateDir(src, dst *os.File, dir string) error {
 		if st, dt := ss.Mode&unix.S_IFMT, ds.Mode&unix.S_IFMT; st != dt {
 			return bad("file type %#o in the target, %#o in the source", dt, st)
 		}
+		ce := carriedEntry{typ: ds.Mode & unix.S_IFMT}
+		if ce.typ == unix.S_IFREG {
+			ce.size = ds.Size
+		}
+		t.carried[rel] = ce
 		sameInode := ss.Dev == ds.Dev && ss.Ino == ds.Ino
 		if act == actLink && !t.cfg.graceful && !sameInode && !t.shareable(&ss) {
 			// An immutable name of a file with other names, or changed
@@ -569,6 +618,21 @@ func (t *tree) validateDir(src, dst *os.File, dir string) error {
 			if !t.cfg.graceful && !t.cfg.settledBefore.IsZero() && ss.Mtim.Nano() >= t.cfg.settledBefore.UnixNano() {
 				return bad("linked, but the source file was written since")
 			}
+			// Written (or touched) since our linkat, even with its mtime
+			// set back: that moves the ctime.
+			if !t.cfg.graceful {
+				t.stampMu.Lock()
+				was, ok := t.stamps[rel]
+				t.stampMu.Unlock()
+				switch {
+				case !ok:
+					return bad("a hard link to the source that this preparation did not make")
+				case stampOf(&ds) != was:
+					return bad("linked, but the file changed since it was linked (size %d→%d, mtime %v→%v, ctime %v→%v)",
+						was.size, ds.Size, time.Unix(was.mtime.Unix()), time.Unix(ds.Mtim.Unix()),
+						time.Unix(was.ctime.Unix()), time.Unix(ds.Ctim.Unix()))
+				}
+			}
 		case actCopy:
 			if sameInode {
 				// Sharing a mutable file with a stale holder is the one
@@ -586,6 +650,66 @@ func (t *tree) validateDir(src, dst *os.File, dir string) error {
 				if !same {
 					return bad("content differs")
 				}
+			}
+		}
+	}
+	return nil
+}
+
+// recheck checks, after the marker was written, that everything validation
+// found in the target is still there, with the same type and size. Another
+// provider's GC (Camunda's deletes every directory without a valid marker)
+// may have been deleting the target while it was flushed; a deletion after
+// recheck still goes through (see docs/datadir.md).
+func (t *tree) recheck() error {
+	missing := maps.Clone(t.carried)
+	if err := t.recheckDir(t.dstDir, "", missing); err != nil {
+		return err
+	}
+	if len(missing) > 0 {
+		rel := slices.Min(slices.Collect(maps.Keys(missing)))
+		return fmt.Errorf("%w: %s: gone from the target after validation (%d entries; deleted by another provider's garbage collection?)",
+			ErrValidation, rel, len(missing))
+	}
+	return nil
+}
+
+// recheckDir deletes from missing what it finds, unchanged, below dir.
+func (t *tree) recheckDir(d *os.File, dir string, missing map[string]carriedEntry) error {
+	names, err := readDirNames(d)
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		rel := path.Join(dir, name)
+		want, ok := missing[rel]
+		if !ok {
+			continue
+		}
+		var st unix.Stat_t
+		switch err := fstatat(int(d.Fd()), name, &st); {
+		case errors.Is(err, fs.ErrNotExist):
+			continue // reported as missing
+		case err != nil:
+			return err
+		}
+		if typ := st.Mode & unix.S_IFMT; typ != want.typ || typ == unix.S_IFREG && st.Size != want.size {
+			return fmt.Errorf("%w: %s changed after validation (type %#o, size %d; validated %#o, %d)",
+				ErrValidation, rel, typ, st.Size, want.typ, want.size)
+		}
+		delete(missing, rel)
+		if want.typ == unix.S_IFDIR {
+			sub, err := openDirAt(d, name)
+			switch {
+			case errors.Is(err, fs.ErrNotExist):
+				continue // what was below it is reported as missing
+			case err != nil:
+				return err
+			}
+			err = t.recheckDir(sub, rel, missing)
+			sub.Close()
+			if err != nil {
+				return err
 			}
 		}
 	}
