@@ -322,8 +322,9 @@ type simWorld struct {
 	p   simParams
 	rng *rand.Rand
 
-	mu        sync.Mutex // guards submitted and the tasks list against provider goroutines
+	mu        sync.Mutex // guards submitted, posted and the tasks list against provider goroutines
 	submitted []*simRequest
+	posted    []*simEffect // effects of Camunda brokers' goroutines (post)
 	wake      chan struct{}
 
 	// The bucket.
@@ -407,10 +408,39 @@ func (w *simWorld) submit(req *simRequest) {
 	w.mu.Lock()
 	w.submitted = append(w.submitted, req)
 	w.mu.Unlock()
+	w.poke()
+}
+
+// poke wakes the scheduler, which then waits for the bubble to be quiet and
+// routes what was submitted and posted, at this instant.
+func (w *simWorld) poke() {
 	select {
 	case w.wake <- struct{}{}:
 	default:
 	}
+}
+
+// simEffect is an effect of a task's own goroutine on the world: a log
+// line, a count, a change of the belief the checker reads, an exit. Only
+// the scheduler touches the world, so a goroutine posts its effects and the
+// scheduler applies them in route, at the instant they were posted, in the
+// order of requests: by task, then the task's sequence, which effects share
+// with its requests.
+type simEffect struct {
+	task  *simTask
+	seq   uint64
+	apply func()
+}
+
+// post queues f, an effect of t's goroutine, for the scheduler. Camunda
+// brokers (simcamunda_test.go) use it for everything they do to the world
+// beyond their requests; nodeid tasks have no such effects.
+func (w *simWorld) post(t *simTask, f func()) {
+	e := &simEffect{task: t, seq: t.repo.nextSeq(), apply: f}
+	w.mu.Lock()
+	w.posted = append(w.posted, e)
+	w.mu.Unlock()
+	w.poke()
 }
 
 func (w *simWorld) chaotic() bool { return time.Now().Before(w.calmFrom) }
@@ -425,21 +455,39 @@ func (w *simWorld) delay() time.Duration {
 	return d + time.Duration(w.rng.IntN(1000)) // nanoseconds keep events apart
 }
 
-// route decides the fate of newly submitted requests, in a deterministic
-// order (task, then the task's own sequence).
+// route applies newly posted effects and decides the fate of newly
+// submitted requests, in a deterministic order (task, then the task's own
+// sequence).
 func (w *simWorld) route(now time.Time) {
 	w.mu.Lock()
-	reqs := w.submitted
-	w.submitted = nil
+	reqs, effects := w.submitted, w.posted
+	w.submitted, w.posted = nil, nil
 	w.mu.Unlock()
-	sort.Slice(reqs, func(i, j int) bool {
-		if reqs[i].task.name != reqs[j].task.name {
-			return reqs[i].task.name < reqs[j].task.name
+	type turn struct {
+		task   string
+		seq    uint64
+		req    *simRequest
+		effect *simEffect
+	}
+	turns := make([]turn, 0, len(reqs)+len(effects))
+	for _, r := range reqs {
+		turns = append(turns, turn{task: r.task.name, seq: r.seq, req: r})
+	}
+	for _, e := range effects {
+		turns = append(turns, turn{task: e.task.name, seq: e.seq, effect: e})
+	}
+	sort.Slice(turns, func(i, j int) bool {
+		if turns[i].task != turns[j].task {
+			return turns[i].task < turns[j].task
 		}
-		return reqs[i].seq < reqs[j].seq
+		return turns[i].seq < turns[j].seq
 	})
-	for _, req := range reqs {
-		req := req
+	for _, tn := range turns {
+		if tn.effect != nil {
+			tn.effect.apply()
+			continue
+		}
+		req := tn.req
 		label := fmt.Sprintf("%s#%d %s %d", req.task.name, req.seq, req.op, req.id)
 		if req.op.local() {
 			w.schedule(now.Add(time.Duration(1+w.rng.IntN(1000))*time.Microsecond), label, func() { w.serveLocal(req, label) })
@@ -934,11 +982,11 @@ func (w *simWorld) scale(size int) {
 	}()
 	for _, t := range w.tasks {
 		if t.cam != nil {
-			t.cam.mu.Lock()
-			if !t.cam.held {
+			if !t.cam.belief.held {
+				t.cam.mu.Lock()
 				t.cam.n = size // brokers are redeployed with the new size
+				t.cam.mu.Unlock()
 			}
-			t.cam.mu.Unlock()
 			continue
 		}
 		t.provider.mu.Lock()
@@ -1015,6 +1063,9 @@ func runSim(t *testing.T, p simParams, trace io.Writer) simResult {
 				for _, tk := range w.tasks {
 					tk.cancel()
 				}
+				// The goroutines just woken may submit or post, then end:
+				// route what they leave before deciding the run is over.
+				continue
 			}
 			if stopped && w.live.Load() == 0 && len(w.events) == 0 {
 				break
@@ -1198,7 +1249,11 @@ func TestSimulationSeed(t *testing.T) {
 }
 
 func TestSimulationIsDeterministic(t *testing.T) {
-	for _, seed := range []uint64{3, 6, 12, 17, 18, 43, 89, 150} { // 6 and 12 with Camunda brokers
+	// 6, 12, 15 and 150 have Camunda brokers (15: ten of them, ten
+	// acquisitions, eight losses, a release, Camunda's weaknesses), whose
+	// goroutines post their effects for the scheduler (simWorld.post).
+	camundaSeeds := map[uint64]bool{6: true, 12: true, 15: true, 150: true}
+	for _, seed := range []uint64{3, 6, 12, 15, 17, 18, 43, 89, 150} {
 		a := runSim(t, simParamsFor(seed), nil)
 		b := runSim(t, simParamsFor(seed), nil)
 		if a.hash != b.hash || a.steps != b.steps {
@@ -1206,6 +1261,9 @@ func TestSimulationIsDeterministic(t *testing.T) {
 		}
 		if a.steps < 100 {
 			t.Fatalf("seed %d: only %d steps; the simulation did not run", seed, a.steps)
+		}
+		if camundaSeeds[seed] && (a.counts["camunda brokers started"] == 0 || a.counts["camunda acquisitions"] == 0) {
+			t.Fatalf("seed %d: %d Camunda brokers started, %d acquisitions; pick a seed where brokers take part", seed, a.counts["camunda brokers started"], a.counts["camunda acquisitions"])
 		}
 	}
 }

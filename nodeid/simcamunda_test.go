@@ -21,6 +21,12 @@ import (
 // they write Camunda's bytes: camunda.LeaseBody for a held lease, an empty
 // body for a release. They read with camunda.ReadLease (Camunda's strict
 // reading rules).
+//
+// A broker runs on a goroutine of its own, as a nodeid task's provider
+// does, and like a provider it reaches the world only through its requests
+// and through effects it posts (simWorld.post): its log lines, counts, the
+// belief the checker reads and its exit are applied by the scheduler, at the
+// instant the broker posted them, in a deterministic order.
 
 // simCamunda is the state of one Camunda broker's node-ID provider.
 type simCamunda struct {
@@ -32,6 +38,8 @@ type simCamunda struct {
 	timeout time.Duration // per request, as internal/camunda's DefaultRequestTimeout
 	close   time.Duration // how long its process runs on after it learns of a loss
 
+	// The broker's own state, used by its goroutine; mu because the
+	// scheduler redeploys a broker that holds nothing with a new size.
 	mu      sync.Mutex
 	n       int  // the cluster size it was deployed with
 	held    bool // from the acquire's answer until a loss is seen or the release
@@ -40,17 +48,34 @@ type simCamunda struct {
 	expiry  int64 // ms, by its wall clock: the timestamp it last wrote successfully
 	etag    string
 	known   map[int32]int64 // what renewals write: empty, as Camunda's membership starts
+
+	// belief is the world's record of the broker's belief, which the
+	// checker reads: the scheduler's alone, changed only by the effects the
+	// broker posts as it changes held, id, version and expiry above.
+	belief camundaBelief
+}
+
+type camundaBelief struct {
+	held    bool
+	id      int
+	version int64
+	expiry  int64
 }
 
 func (c *simCamunda) wallMillis() int64 { return time.Now().Add(c.offset).UnixMilli() }
 
 // believes reports whether the broker considers itself the holder now: from
 // its successful acquire until its own wall clock passes the timestamp it
-// last wrote, or a renewal fails. Camunda has no safety margin.
+// last wrote, or a renewal fails, or it releases. Camunda has no safety
+// margin. The scheduler's (from c.belief).
 func (c *simCamunda) believes() (id int, version int64, ok bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.id, c.version, c.held && c.wallMillis() <= c.expiry
+	b := c.belief
+	return b.id, b.version, b.held && c.wallMillis() <= b.expiry
+}
+
+// disbelieve posts the end of t's belief (a loss seen, or a release).
+func (w *simWorld) disbelieve(t *simTask) {
+	w.post(t, func() { t.cam.belief.held = false })
 }
 
 func camundaHeldMeta(taskID string, version int64) map[string]string {
@@ -111,14 +136,16 @@ func (w *simWorld) startCamunda(stop <-chan struct{}, name string, rate float64,
 				return
 			}
 			if err := w.camundaRenew(t); err != nil {
-				w.log(fmt.Sprintf("camunda %s: %v", t.name, err))
-				w.count("camunda leases lost")
-				t.mu.Lock()
-				t.exited = true
-				if !t.groupGone {
-					t.groupUntil = time.Now().Add(c.close) // Camunda's slow close after a loss
-				}
-				t.mu.Unlock()
+				w.post(t, func() {
+					w.log(fmt.Sprintf("camunda %s: %v", t.name, err))
+					w.count("camunda leases lost")
+					t.mu.Lock()
+					t.exited = true
+					if !t.groupGone {
+						t.groupUntil = time.Now().Add(c.close) // Camunda's slow close after a loss
+					}
+					t.mu.Unlock()
+				})
 				t.cancel()
 				return
 			}
@@ -156,7 +183,7 @@ func (w *simWorld) camundaAcquire(ctx context.Context, t *simTask, stop <-chan s
 			return true
 		}
 		if why != "" {
-			w.log(fmt.Sprintf("camunda %s: acquire round failed: %s", t.name, why))
+			w.post(t, func() { w.log(fmt.Sprintf("camunda %s: acquire round failed: %s", t.name, why)) })
 		}
 		tm := t.clock.NewTimer(backoff)
 		select {
@@ -208,7 +235,10 @@ func (w *simWorld) camundaRound(t *simTask) (bool, string) {
 		c.mu.Lock()
 		c.held, c.id, c.version, c.expiry, c.etag = true, id, v, expiry, newTag
 		c.mu.Unlock()
-		w.count("camunda acquisitions")
+		w.post(t, func() {
+			c.belief = camundaBelief{held: true, id: id, version: v, expiry: expiry}
+			w.count("camunda acquisitions")
+		})
 		return true, ""
 	}
 	return false, ""
@@ -228,6 +258,7 @@ func (w *simWorld) camundaRenew(t *simTask) error {
 	if now > c.expiry {
 		c.held = false
 		c.mu.Unlock()
+		w.disbelieve(t)
 		return fmt.Errorf("node %d expired at %d, now %d", c.id, c.expiry, now)
 	}
 	id, version, etag := c.id, c.version, c.etag
@@ -241,9 +272,11 @@ func (w *simWorld) camundaRenew(t *simTask) error {
 	defer c.mu.Unlock()
 	if err != nil {
 		c.held = false
+		w.disbelieve(t)
 		return fmt.Errorf("renew node %d: %v", id, err)
 	}
 	c.expiry, c.etag = expiry, newTag
+	w.post(t, func() { c.belief.expiry = expiry })
 	return nil
 }
 
@@ -256,13 +289,17 @@ func (w *simWorld) camundaRelease(t *simTask) {
 	held, id, version, etag, expiry := c.held, c.id, c.version, c.etag, c.expiry
 	c.held = false
 	c.mu.Unlock()
-	if !held || c.wallMillis() > expiry {
+	if !held {
+		return
+	}
+	w.disbelieve(t)
+	if c.wallMillis() > expiry {
 		return
 	}
 	ctx, cancel := c.reqCtx()
 	defer cancel()
 	if _, err := t.repo.rawPut(ctx, id, nil, camundaReleasedMeta(version), etag); err == nil {
-		w.count("camunda releases")
+		w.post(t, func() { w.count("camunda releases") })
 	}
 }
 

@@ -103,11 +103,16 @@ type simRepo struct {
 	seq  uint64
 }
 
-func (r *simRepo) call(ctx context.Context, req *simRequest) simReply {
+// nextSeq numbers the task's next request or posted effect.
+func (r *simRepo) nextSeq() uint64 {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.seq++
-	req.seq = r.seq
-	r.mu.Unlock()
+	return r.seq
+}
+
+func (r *simRepo) call(ctx context.Context, req *simRequest) simReply {
+	req.seq = r.nextSeq()
 	req.task = r.task
 	req.reply = make(chan simReply, 2) // duplicates answer too
 	req.afterLoss = r.task.tenureOver()
