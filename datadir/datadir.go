@@ -187,7 +187,7 @@ var flushBeforeMarker = true
 type config struct {
 	graceful      bool
 	settle        time.Duration
-	settledBefore time.Time // Prepare's start minus settle; zero without a guard
+	settledBefore time.Time // the in-progress file's mtime minus settle; zero without a guard
 	immutable     []pattern
 	skip          []pattern
 	rules         CopyRules
