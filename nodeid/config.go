@@ -52,6 +52,9 @@ type Config struct {
 	// AllowedIDs restricts which IDs this task may take (e.g. the even IDs
 	// in one zone). Empty allows all.
 	AllowedIDs []int
+	// Address is where peers reach this task (host or host:port), published
+	// in every write of its lease (see Peers). Empty publishes none.
+	Address string
 
 	// LeaseDuration L: how long a lease stays valid without renewal.
 	// Default 15s.
@@ -173,6 +176,11 @@ func (c Config) Validate() error {
 			return bad("allowed id %d listed twice", id)
 		}
 		seen[id] = true
+	}
+	if c.Address != "" {
+		if err := ValidateAddress(c.Address); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		}
 	}
 	L, R, m, T := c.LeaseDuration, c.RenewInterval, c.SafetyMargin, c.RequestTimeout
 	switch {

@@ -73,6 +73,9 @@ type Lease struct {
 	Nonce string
 	// KnownVersions is the writer's view of every node's version.
 	KnownVersions VersionMappings
+	// Address is where the holder can be reached (host or host:port),
+	// published with every write of a held lease; empty when released.
+	Address string
 	// Acquirable is false for IDs removed by a scale-down.
 	Acquirable bool
 	// Forced marks a released lease written by an operator, not by its
@@ -136,6 +139,9 @@ func (l Lease) Encode() ([]byte, map[string]string) {
 	}
 	if l.Duration > 0 {
 		meta[MetaLeaseDuration] = strconv.FormatInt(l.Duration.Milliseconds(), 10)
+	}
+	if l.Held() && l.Address != "" {
+		meta[MetaAddress] = l.Address
 	}
 	if !l.Held() {
 		if l.Forced {
@@ -298,6 +304,7 @@ func DecodeLease(id int, body []byte, meta map[string]string) (Lease, error) {
 	}
 	if held {
 		l.TaskID = *b.TaskID
+		l.Address = m[MetaAddress] // checked where it is used (ValidateAddress)
 	} else {
 		// A released lease as earlier versions wrote it: the body named
 		// its writer.

@@ -34,6 +34,10 @@ type Provider struct {
 
 	randMu sync.Mutex // cfg.Rand is not safe for concurrent use
 
+	peersMu sync.Mutex // guards peers and peersCh, apart from mu: readers may be slow
+	peers   []Peer
+	peersCh chan struct{}
+
 	mu       sync.Mutex
 	state    providerState
 	instance NodeInstance
@@ -773,6 +777,7 @@ func (p *Provider) newLease(inst NodeInstance, known VersionMappings, sent time.
 		Nonce:         p.nonce(),
 		KnownVersions: known,
 		Acquirable:    true,
+		Address:       p.cfg.Address,
 	}
 }
 
@@ -1148,6 +1153,7 @@ func (p *Provider) release() {
 func (p *Provider) refreshLoop() {
 	t := p.cfg.Clock.NewTimer(time.Hour)
 	defer t.Stop()
+	p.refresh() // the peers table at once, not one interval after the start
 	for {
 		interval := p.cfg.MappingsRefreshInterval
 		p.mu.Lock()
@@ -1177,6 +1183,12 @@ func (p *Provider) refresh() {
 	}
 	learned := VersionMappings{}
 	peersKnow := true
+	table := map[int]Peer{inst.ID: {ID: inst.ID, Address: p.cfg.Address, Version: inst.Version, TaskID: p.cfg.TaskID, State: PeerHeld}}
+	for id := range p.cfg.ClusterSize {
+		if id != inst.ID {
+			table[id] = Peer{ID: id, State: PeerMissing}
+		}
+	}
 	for _, s := range listing.Slots {
 		if s.ID == inst.ID {
 			continue
@@ -1184,9 +1196,13 @@ func (p *Provider) refresh() {
 		// Every peer is read: a listing's size is only a hint, and a
 		// released lease's version is worth learning too.
 		rec, err := p.repo.Get(ctx, s.ID)
+		if errors.Is(err, ErrCorruptLease) {
+			table[s.ID] = Peer{ID: s.ID, State: PeerCorrupt}
+		}
 		if err != nil {
 			continue
 		}
+		table[s.ID] = peerOf(rec, p.cfg.LeaseDuration)
 		learned.Observe(s.ID, rec.Lease.Instance.Version)
 		if !rec.Lease.Held() {
 			continue
@@ -1197,6 +1213,7 @@ func (p *Provider) refresh() {
 		}
 	}
 
+	p.setPeers(table)
 	p.mu.Lock()
 	for id, v := range learned {
 		p.known.Observe(id, v)

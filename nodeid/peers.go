@@ -1,0 +1,208 @@
+package nodeid
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// MetaAddress is the user-metadata key of a held lease's advertised address.
+// It is metadata, not body, because Camunda's parser rejects unknown body
+// fields; Camunda ignores it.
+const MetaAddress = "address"
+
+// maxAddressLen bounds an address: a DNS name is at most 253 bytes, a port
+// and brackets add a few.
+const maxAddressLen = 262
+
+// ErrInvalidAddress is returned for an advertised address that is not a
+// host or host:port.
+var ErrInvalidAddress = errors.New("invalid address")
+
+// ValidateAddress checks that s is a host or host:port: an IPv4 address, an
+// IPv6 address (in brackets with a port), or a DNS name, and a port in
+// 1..65535. It is where peers will connect, so it is checked before it is
+// published, and again when read (a value that fails is shown as unknown).
+func ValidateAddress(s string) error {
+	bad := func(why string) error { return fmt.Errorf("%w %q: %s", ErrInvalidAddress, s, why) }
+	if s == "" || len(s) > maxAddressLen {
+		return bad("want a host or host:port")
+	}
+	host, port := s, ""
+	if h, p, err := net.SplitHostPort(s); err == nil {
+		if p == "" {
+			return bad("empty port")
+		}
+		host, port = h, p
+	} else if strings.Count(s, ":") == 1 || strings.HasPrefix(s, "[") {
+		return bad(err.Error())
+	}
+	if port != "" {
+		n, err := strconv.Atoi(port)
+		if err != nil || n < 1 || n > 65535 || strconv.Itoa(n) != port {
+			return bad("port must be 1..65535")
+		}
+	}
+	if ip := net.ParseIP(host); ip != nil {
+		if ip.IsUnspecified() {
+			return bad("an unspecified address cannot be reached")
+		}
+		return nil
+	}
+	if strings.Contains(host, ":") {
+		return bad("an IPv6 address with a port needs brackets")
+	}
+	if !validHostname(host) {
+		return bad("not an IP address or a DNS name")
+	}
+	return nil
+}
+
+// validHostname reports whether h is a DNS name: labels of letters, digits
+// and hyphens, not starting or ending with a hyphen, 1..63 bytes each.
+func validHostname(h string) bool {
+	h = strings.TrimSuffix(h, ".")
+	if h == "" || len(h) > 253 {
+		return false
+	}
+	for label := range strings.SplitSeq(h, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for i := 0; i < len(label); i++ {
+			c := label[i]
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// PeerState is what a node ID's lease object says, as a reader judges it.
+type PeerState string
+
+// States of a Peer.
+const (
+	PeerHeld     PeerState = "held"     // held, and not expired by the server's clock
+	PeerExpired  PeerState = "expired"  // held, but not renewed for a lease duration
+	PeerReleased PeerState = "released" // released or never held
+	PeerUnusable PeerState = "unusable" // scaled down
+	PeerMissing  PeerState = "missing"  // no object
+	PeerCorrupt  PeerState = "corrupt"  // an object that is not a lease
+)
+
+// Peer is one node ID of the cluster: its version, its holder and where to
+// reach it. Address is empty unless the lease is held and live: a released
+// or expired lease has no address anyone should connect to.
+type Peer struct {
+	ID      int       `json:"id"`
+	Address string    `json:"address"`
+	Version Version   `json:"version"`
+	TaskID  string    `json:"holder,omitempty"`
+	State   PeerState `json:"state"`
+}
+
+// peerOf judges rec as a peer, with lease the waiter's lease duration
+// (the largest of the object's, ours and the one it claims is used).
+func peerOf(rec Record, lease time.Duration) Peer {
+	l := rec.Lease
+	p := Peer{ID: rec.ID, Version: l.Instance.Version, TaskID: l.TaskID}
+	switch {
+	case !l.Acquirable:
+		p.State = PeerUnusable
+	case !l.Held():
+		p.State = PeerReleased
+	case ExpiredByServerClock(rec.LastModified, rec.ServerDate, max(l.Duration, lease, rec.ClaimedDuration())):
+		p.State = PeerExpired
+	default:
+		p.State = PeerHeld
+		if ValidateAddress(l.Address) == nil {
+			p.Address = l.Address
+		}
+	}
+	return p
+}
+
+// ReadPeers reads every lease of the cluster (one LIST and one GET per
+// object) and returns one Peer per node ID 0..size-1 and any other ID found,
+// sorted by ID. lease is the reader's lease duration, for judging expiry by
+// the server's clock.
+func ReadPeers(ctx context.Context, repo Repository, size int, lease time.Duration) ([]Peer, error) {
+	listing, err := repo.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	peers := map[int]Peer{}
+	for _, s := range listing.Slots {
+		rec, err := repo.Get(ctx, s.ID)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			peers[s.ID] = Peer{ID: s.ID, State: PeerMissing}
+		case errors.Is(err, ErrCorruptLease):
+			peers[s.ID] = Peer{ID: s.ID, State: PeerCorrupt}
+		case err != nil:
+			return nil, err
+		default:
+			peers[s.ID] = peerOf(rec, lease)
+		}
+	}
+	for id := range size {
+		if _, ok := peers[id]; !ok {
+			peers[id] = Peer{ID: id, State: PeerMissing}
+		}
+	}
+	out := make([]Peer, 0, len(peers))
+	for _, p := range peers {
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b Peer) int { return a.ID - b.ID })
+	return out, nil
+}
+
+// Peers returns the cluster as this holder last read it: one Peer per node
+// ID, sorted, its own entry included. It is read every
+// MappingsRefreshInterval (default L, jittered by ±20%) while the lease is
+// held, and once right after it is acquired, so after a takeover a peer's
+// new address shows within 1.2 intervals of it landing; before the first
+// read it is empty.
+func (p *Provider) Peers() []Peer {
+	p.peersMu.Lock()
+	defer p.peersMu.Unlock()
+	return slices.Clone(p.peers)
+}
+
+// PeersChanged returns a channel that is closed the next time the table
+// Peers returns changes.
+func (p *Provider) PeersChanged() <-chan struct{} {
+	p.peersMu.Lock()
+	defer p.peersMu.Unlock()
+	if p.peersCh == nil {
+		p.peersCh = make(chan struct{})
+	}
+	return p.peersCh
+}
+
+// setPeers stores a new table and wakes PeersChanged waiters if it differs.
+func (p *Provider) setPeers(table map[int]Peer) {
+	out := make([]Peer, 0, len(table))
+	for _, peer := range table {
+		out = append(out, peer)
+	}
+	slices.SortFunc(out, func(a, b Peer) int { return a.ID - b.ID })
+	p.peersMu.Lock()
+	defer p.peersMu.Unlock()
+	if slices.Equal(out, p.peers) {
+		return
+	}
+	p.peers = out
+	if p.peersCh != nil {
+		close(p.peersCh)
+		p.peersCh = nil
+	}
+}
