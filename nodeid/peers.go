@@ -167,10 +167,13 @@ func ReadPeers(ctx context.Context, repo Repository, size int, lease time.Durati
 
 // Peers returns the cluster as this holder last read it: one Peer per node
 // ID, sorted, its own entry included. It is read every
-// MappingsRefreshInterval (default L, jittered by ±20%) while the lease is
-// held, and once right after it is acquired, so after a takeover a peer's
-// new address shows within 1.2 intervals of it landing; before the first
-// read it is empty.
+// MappingsRefreshInterval (default L, jittered by ±20%; R/2 until the
+// holder is ready) while the lease is held, so after a takeover a peer's new
+// address shows within 1.2 intervals of it landing; before the first read,
+// about one interval after acquiring, it is empty (ReadPeers gives the
+// table at once, at the cost of a LIST and a GET per ID). The first read is
+// not made at once on purpose: in a start storm every task reading every
+// lease would multiply the requests.
 func (p *Provider) Peers() []Peer {
 	p.peersMu.Lock()
 	defer p.peersMu.Unlock()

@@ -1153,7 +1153,6 @@ func (p *Provider) release() {
 func (p *Provider) refreshLoop() {
 	t := p.cfg.Clock.NewTimer(time.Hour)
 	defer t.Stop()
-	p.refresh() // the peers table at once, not one interval after the start
 	for {
 		interval := p.cfg.MappingsRefreshInterval
 		p.mu.Lock()
