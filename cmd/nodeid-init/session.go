@@ -40,7 +40,7 @@ type session struct {
 
 // leaseOptions are the settings of commands that take a lease.
 var leaseOptions = append([]string{"cluster-size", "lease-duration", "renew-interval", "acquire-timeout", "poll-interval",
-	"readiness-timeout", "allowed-ids", "task-id", "metrics-addr", "skip-probe"}, s3Options...)
+	"readiness-timeout", "allowed-ids", "task-id", "metrics-addr", "skip-probe", "advertise-address"}, s3Options...)
 
 var dataOptions = []string{"data-root", "keep-versions", "immutable", "skip", "data-preset"}
 
@@ -71,6 +71,10 @@ func newSession(ctx context.Context, s *settings, stderr io.Writer) (*session, e
 		return nil, err
 	}
 	sess.log = log.With("task_id", cfg.TaskID)
+	var source string
+	if cfg.Address, source = resolveAddress(ctx, s, defaultAddressSources(), sess.log); cfg.Address != "" {
+		sess.log.Info("advertised address", "address", cfg.Address, "source", source)
+	}
 	cfg.Logger = log
 	if sess.repo, err = s.repository(ctx); err != nil {
 		return nil, err
