@@ -20,7 +20,7 @@ type slotStatus struct {
 	State        string    `json:"state"` // held, expired, released, unusable, corrupt, missing
 	Version      int64     `json:"version"`
 	TaskID       string    `json:"taskId,omitempty"`
-	Address      string    `json:"address,omitempty"` // only while held and live, as in `peers`
+	Address      string    `json:"address,omitempty"`  // only while held and live, as in `peers`
 	TimeLeft     string    `json:"timeLeft,omitempty"` // by the server's clock
 	TimeLeftMs   int64     `json:"timeLeftMs,omitempty"`
 	LastModified time.Time `json:"lastModified,omitzero"`
