@@ -71,16 +71,17 @@ func newSession(ctx context.Context, s *settings, stderr io.Writer) (*session, e
 		return nil, err
 	}
 	sess.log = log.With("task_id", cfg.TaskID)
-	var source string
-	if cfg.Address, source = resolveAddress(ctx, s, defaultAddressSources(), sess.log); cfg.Address != "" {
-		sess.log.Info("advertised address", "address", cfg.Address, "source", source)
-	}
 	cfg.Logger = log
 	if sess.repo, err = s.repository(ctx); err != nil {
 		return nil, err
 	}
 	if err := s.probe(ctx, sess.repo, sess.log); err != nil {
 		return nil, err
+	}
+	// After the probe, so that bad input still gets one line on stderr.
+	var source string
+	if cfg.Address, source = resolveAddress(ctx, s, defaultAddressSources(), sess.log); cfg.Address != "" {
+		sess.log.Info("advertised address", "address", cfg.Address, "source", source)
 	}
 	if off := os.Getenv("NODEID_TEST_CLOCK_OFFSET"); off != "" {
 		// Test-only: shift this task's wall clock (chaos experiment 9). The
