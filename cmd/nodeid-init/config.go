@@ -50,8 +50,14 @@ type settings struct {
 	endpoint, region string
 	pathStyle        bool
 	skipProbe        bool
-	// status, release
+	advertiseAddress string
+	peersFile        string
+	templates        []*templateSpec
+	// status, release, peers
 	json, watch, force bool
+	// sources names where each option's value came from (--flag, its
+	// variable or "default"), for logs.
+	sources map[string]string
 }
 
 // option is one setting: its flag, its variable and how to parse it.
@@ -172,15 +178,42 @@ var options = []option{
 	{"skip-probe", "NODEID_SKIP_PROBE", "false", "do not check at start that the endpoint enforces conditional writes", func(s *settings, v string) error {
 		return parseBool(v, &s.skipProbe)
 	}},
+	{"advertise-address", "NODEID_ADVERTISE_ADDRESS", "", "where peers reach this task, host or host:port, published in the lease (default: the ECS task's private IPv4, else the host's primary address)", func(s *settings, v string) error {
+		s.advertiseAddress = v
+		if v == "" {
+			return nil
+		}
+		return nodeid.ValidateAddress(v)
+	}},
+	{"peers-file", "NODEID_PEERS_FILE", "", "run: JSON file kept current with the peers table, for the command (default: nodeid-peers-<pid>.json beside the lease file)", func(s *settings, v string) error {
+		s.peersFile = v
+		return nil
+	}},
+	{"template", "NODEID_TEMPLATES", "", "run: SRC:DST, a Go text/template rendered to DST before the command starts; repeatable (variable: comma-separated)", func(s *settings, v string) error {
+		var err error
+		s.templates, err = parseTemplates(v)
+		return err
+	}},
 }
+
+// repeatable options may be given more than once; their values are joined
+// with commas, the form their variable takes.
+var repeatable = map[string]bool{"template": true}
+
+// listFlag collects the values of a repeatable flag.
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, ",") }
+func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
 // parseSettings reads the named options from the environment, then flags.
 // extra defines subcommand flags that have no variable.
 func parseSettings(cmd string, args []string, stderr io.Writer, names []string, extra func(fs *flag.FlagSet, s *settings)) (*settings, []string, error) {
-	s := &settings{logLevel: slog.LevelInfo}
+	s := &settings{logLevel: slog.LevelInfo, sources: map[string]string{}}
 	fs := flag.NewFlagSet("nodeid-init "+cmd, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	values := map[string]*string{}
+	lists := map[string]*listFlag{}
 	var opts []option
 	for _, o := range options {
 		for _, n := range names {
@@ -189,6 +222,11 @@ func parseSettings(cmd string, args []string, stderr io.Writer, names []string, 
 				usage := fmt.Sprintf("%s (env %s", o.usage, o.env)
 				if o.def != "" {
 					usage += ", default " + o.def
+				}
+				if repeatable[o.flag] {
+					lists[o.flag] = &listFlag{}
+					fs.Var(lists[o.flag], o.flag, usage+")")
+					continue
 				}
 				values[o.flag] = fs.String(o.flag, "", usage+")")
 			}
@@ -210,6 +248,10 @@ func parseSettings(cmd string, args []string, stderr io.Writer, names []string, 
 		}
 		return nil, nil, usagef("%v (see nodeid-init %s -h)", err, cmd)
 	}
+	for name, l := range lists {
+		v := l.String()
+		values[name] = &v
+	}
 	setByFlag := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { setByFlag[f.Name] = true })
 	for _, o := range opts {
@@ -220,6 +262,7 @@ func parseSettings(cmd string, args []string, stderr io.Writer, names []string, 
 		if setByFlag[o.flag] {
 			v, source = *values[o.flag], "--"+o.flag
 		}
+		s.sources[o.flag] = source
 		if err := o.set(s, strings.TrimSpace(v)); err != nil {
 			return nil, nil, usagef("invalid %s %q: %s", source, v, strings.TrimPrefix(oneLine(err), nodeid.ErrInvalidConfig.Error()+": "))
 		}

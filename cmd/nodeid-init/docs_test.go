@@ -29,7 +29,7 @@ func TestDocsMatchTheCode(t *testing.T) {
 		return helps[sub]
 	}
 	all := ""
-	for _, sub := range []string{"run", "acquire", "renew", "status", "bootstrap", "scale", "release", "probe", "health"} {
+	for _, sub := range []string{"run", "acquire", "renew", "status", "peers", "bootstrap", "scale", "release", "probe", "health"} {
 		all += help(sub)
 	}
 	makefile, err := os.ReadFile(filepath.Join(root, "Makefile"))

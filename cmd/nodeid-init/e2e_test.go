@@ -334,7 +334,7 @@ func TestAcquireThenRenewKeepsTheLease(t *testing.T) {
 	envDir := t.TempDir()
 	envFile := filepath.Join(envDir, "node.env")
 	leaseFile := filepath.Join(envDir, "lease.json")
-	init := c.start("task-a", []string{"NODEID_ENV_FILE=" + envFile, "NODEID_LEASE_FILE=" + leaseFile}, "acquire")
+	init := c.start("task-a", []string{"NODEID_ENV_FILE=" + envFile, "NODEID_LEASE_FILE=" + leaseFile, "NODEID_ADVERTISE_ADDRESS=10.0.0.7:9092"}, "acquire")
 	if code := init.wait(t, 20*time.Second); code != 0 {
 		t.Fatalf("acquire exited %d:\n%s", code, init.out.String())
 	}
@@ -348,7 +348,8 @@ func TestAcquireThenRenewKeepsTheLease(t *testing.T) {
 		}
 	}
 	// The sidecar learns the task ID and the cluster size from the hand-off.
-	sidecar := c.start("task-a", []string{"NODEID_ENV_FILE=" + envFile, "NODEID_LEASE_FILE=" + leaseFile, "NODEID_TASK_ID=", "NODEID_CLUSTER_SIZE="}, "renew")
+	sidecar := c.start("task-a", []string{"NODEID_ENV_FILE=" + envFile, "NODEID_LEASE_FILE=" + leaseFile, "NODEID_TASK_ID=", "NODEID_CLUSTER_SIZE=",
+		"NODEID_ADVERTISE_ADDRESS=10.0.0.7:9092"}, "renew")
 	time.Sleep(3 * time.Second) // longer than the 2s lease
 	if !sidecar.running() {
 		t.Fatalf("renew exited %d:\n%s", sidecar.code, sidecar.out.String())
@@ -358,7 +359,7 @@ func TestAcquireThenRenewKeepsTheLease(t *testing.T) {
 		t.Fatalf("health: %v %s", err, out)
 	}
 	listing := c.status(t)
-	if !strings.Contains(listing, "held") || !strings.Contains(listing, "task-a") {
+	if !strings.Contains(listing, "held") || !strings.Contains(listing, "task-a") || !strings.Contains(listing, "10.0.0.7:9092") {
 		t.Fatalf("status while renewing:\n%s", listing)
 	}
 	if err := sidecar.cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -390,7 +391,7 @@ func TestTaskARNFromTheECSMetadataEndpoint(t *testing.T) {
 			http.NotFound(w, r)
 			return
 		}
-		fmt.Fprintf(w, `{"Cluster":"prod","TaskARN":%q,"Family":"broker"}`, arn)
+		fmt.Fprintf(w, `{"Cluster":"prod","TaskARN":%q,"Family":"broker","Containers":[{"Name":"broker","Networks":[{"NetworkMode":"awsvpc","IPv4Addresses":["10.0.1.23"]}]}]}`, arn)
 	}))
 	defer meta.Close()
 	c := newCluster(t, s3test.StartVersity(t), 1)
@@ -406,6 +407,10 @@ func TestTaskARNFromTheECSMetadataEndpoint(t *testing.T) {
 	rec, err := c.repo().Get(context.Background(), 0)
 	if err != nil || rec.Lease.TaskID != arn {
 		t.Fatalf("lease holder %q, %v", rec.Lease.TaskID, err)
+	}
+	// The task's awsvpc address is published as its address.
+	if rec.Lease.Address != "10.0.1.23" || !strings.Contains(tk.out.String(), `source="ECS task metadata"`) {
+		t.Fatalf("lease address %q:\n%s", rec.Lease.Address, tk.out.String())
 	}
 }
 
@@ -517,6 +522,15 @@ func TestBadInputGetsOneLineAndTheDocumentedCode(t *testing.T) {
 	srv := s3test.StartVersity(t)
 	c := newCluster(t, srv, 2)
 	missingDir := filepath.Join(t.TempDir(), "nope")
+	tmplDir := t.TempDir()
+	tmpl := func(name, text string) string {
+		p := filepath.Join(tmplDir, name)
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p + ":" + filepath.Join(tmplDir, name+".out")
+	}
+	okTmpl, _, _ := strings.Cut(tmpl("ok.tmpl", "ok"), ":")
 	cases := []struct {
 		name string
 		env  []string
@@ -547,6 +561,15 @@ func TestBadInputGetsOneLineAndTheDocumentedCode(t *testing.T) {
 		{"unknown command", nil, []string{"frobnicate"}, 2, "unknown command"},
 		{"release without force", nil, []string{"release", "--node", "1"}, 2, "--force"},
 		{"health without a lease file", nil, []string{"health"}, 2, "lease file"},
+		{"bad advertise address", []string{"NODEID_ADVERTISE_ADDRESS=10.0.0.1:0"}, []string{"run", "--", "true"}, 2, "NODEID_ADVERTISE_ADDRESS"},
+		{"bad advertise address flag", nil, []string{"acquire", "--env-file", filepath.Join(tmplDir, "env"), "--advertise-address", "not a host"}, 2, "--advertise-address"},
+		{"unspecified advertise address", nil, []string{"renew", "--handoff-file", "/nonexistent", "--advertise-address", "0.0.0.0:9092"}, 2, "--advertise-address"},
+		{"missing template", []string{"NODEID_TEMPLATES=" + filepath.Join(missingDir, "a.tmpl") + ":" + filepath.Join(tmplDir, "a")}, []string{"run", "--", "true"}, 2, "NODEID_TEMPLATES"},
+		{"unparsable template", nil, []string{"run", "--template", tmpl("open.tmpl", "{{.Peers"), "--", "true"}, 2, "unclosed action"},
+		{"template naming no field", nil, []string{"run", "--template", tmpl("field.tmpl", "{{.NodeId}}"), "--", "true"}, 2, "NodeId"},
+		{"template without a destination", []string{"NODEID_TEMPLATES=" + filepath.Join(tmplDir, "x.tmpl")}, []string{"run", "--", "true"}, 2, "SRC:DST"},
+		{"template destination directory missing", nil, []string{"run", "--template", okTmpl + ":" + filepath.Join(missingDir, "out"), "--", "true"}, 2, "template destination"},
+		{"peers file directory missing", []string{"NODEID_PEERS_FILE=" + filepath.Join(missingDir, "peers.json")}, []string{"run", "--", "true"}, 2, "peers file"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -578,6 +601,9 @@ func TestBadInputGetsOneLineAndTheDocumentedCode(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(c.root); len(entries) != 0 {
 		t.Errorf("bad input wrote to the data root: %v", entries)
+	}
+	if outs, _ := filepath.Glob(filepath.Join(tmplDir, "*.out")); len(outs) != 0 {
+		t.Errorf("bad input rendered templates: %v", outs)
 	}
 }
 

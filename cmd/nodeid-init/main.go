@@ -58,6 +58,7 @@ func commands() []command {
 		{"acquire", "ECS init container: acquire, prepare, write the env file and a hand-off, exit", cmdAcquire},
 		{"renew", "ECS sidecar: adopt the hand-off and renew until SIGTERM; exit 3 on loss", cmdRenew},
 		{"status", "show every node ID's lease", cmdStatus},
+		{"peers", "show every node ID's holder and address", cmdPeers},
 		{"bootstrap", "create the lease objects of a new cluster", cmdBootstrap},
 		{"scale", "grow or shrink the cluster (IDs are never deleted)", cmdScale},
 		{"release", "force-release a node ID whose holder is known to be dead", cmdRelease},

@@ -27,6 +27,7 @@ type metrics struct {
 	acquireSeconds  prometheus.Gauge
 	transitions     *prometheus.CounterVec
 	selfFences      prometheus.Counter
+	noAddress       prometheus.Gauge
 }
 
 func newMetrics() *metrics {
@@ -44,10 +45,12 @@ func newMetrics() *metrics {
 		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nodeid_lease_transitions_total",
 			Help: "Lease state changes by new state; alarm on a high rate of 'lost' (flapping)."}, []string{"to"}),
 		selfFences: prometheus.NewCounter(prometheus.CounterOpts{Name: "nodeid_self_fence_total", Help: "Losses by the self-fence deadline."}),
+		noAddress: prometheus.NewGauge(prometheus.GaugeOpts{Name: "nodeid_peers_without_address",
+			Help: "Node IDs of the cluster (not scaled down) whose address is unknown in the last peers table: not held, expired, or held without a valid address."}),
 	}
 	m.nodeID.Set(-1)
 	m.reg.MustRegister(m.held, m.nodeID, m.version, m.renewals, m.renewalFailures, m.renewLatency,
-		m.acquireAttempts, m.acquireSeconds, m.transitions, m.selfFences)
+		m.acquireAttempts, m.acquireSeconds, m.transitions, m.selfFences, m.noAddress)
 	for _, to := range []string{"held", "lost", "released", "handed-off"} {
 		m.transitions.WithLabelValues(to)
 	}
@@ -82,6 +85,17 @@ func (m *metrics) observe(e nodeid.Event) {
 		m.held.Set(0)
 		m.transitions.WithLabelValues("handed-off").Inc()
 	}
+}
+
+// setPeers updates the series derived from a peers table.
+func (m *metrics) setPeers(peers []nodeid.Peer) {
+	n := 0
+	for _, p := range peers {
+		if p.State != nodeid.PeerUnusable && p.Address == "" {
+			n++
+		}
+	}
+	m.noAddress.Set(float64(n))
 }
 
 // serveHealth serves /healthz (lease valid), /readyz (acquired and ready)

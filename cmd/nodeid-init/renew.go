@@ -66,6 +66,7 @@ func cmdRenew(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	sess.log.Info("renewing adopted lease", "node_id", inst.ID, "version", int64(inst.Version))
+	go sess.followPeers(ctx, "", nil) // for the metric
 	select {
 	case err := <-sess.lost:
 		return &codeError{code: exitLeaseLost, err: err}

@@ -20,7 +20,7 @@ import (
 // child with its identity in the environment, renew while it runs, and kill
 // it the moment the lease is lost.
 func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	names := append(append([]string{"stop-timeout", "lease-file"}, leaseOptions...), dataOptions...)
+	names := append(append([]string{"stop-timeout", "lease-file", "peers-file", "template"}, leaseOptions...), dataOptions...)
 	s, rest, err := parseSettings("run", args, stderr, names, nil)
 	if err != nil {
 		return err
@@ -37,6 +37,17 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	if err := checkWritableFile("lease file", s.leaseFile); err != nil {
 		return err
+	}
+	if s.peersFile == "" {
+		s.peersFile = defaultPeersFile(s.leaseFile)
+	}
+	if err := checkWritableFile("peers file", s.peersFile); err != nil {
+		return err
+	}
+	if s.clusterSize > 0 { // else newSession reports the missing size
+		if err := checkTemplates(s.templates, s.clusterSize); err != nil {
+			return err
+		}
 	}
 
 	// Signals: before the child runs they cancel acquisition; afterwards
@@ -91,11 +102,24 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		return err
 	}
+	peers, err := sess.beforeStart(acqCtx, inst, dataDir)
+	if err != nil {
+		if errors.Is(err, nodeid.ErrLeaseLost) {
+			return err
+		}
+		// Nothing ran on the prepared directory: release.
+		sess.giveBack(true)
+		if isClosed(stopping) {
+			return nil
+		}
+		return err
+	}
 	if isClosed(stopping) {
 		sess.giveBack(true)
 		return nil
 	}
 	cancelAcq() // the acquisition-time signal watcher ends here
+	go sess.followPeers(ctx, s.peersFile, peers)
 
 	// As a subreaper, run inherits whatever the command orphans, so it can
 	// kill and reap all of it before a release (see stop_linux.go).
@@ -115,7 +139,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	defer runtime.UnlockOSThread()
 	child := exec.Command(bin, rest[1:]...)
 	child.Args[0] = rest[0]
-	child.Env = append(os.Environ(), sess.nodeEnv(inst, dataDir)...)
+	child.Env = append(append(os.Environ(), sess.nodeEnv(inst, dataDir)...), "NODE_PEERS="+nodePeersEnv(peers), "NODE_PEERS_FILE="+s.peersFile)
 	child.Stdin, child.Stdout, child.Stderr = os.Stdin, stdout, stderr
 	child.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 
@@ -240,6 +264,28 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return nil
 		}
 	}
+}
+
+// beforeStart reads the peers table, renders the templates and writes the
+// peers file, in that order, so the child starts with files that agree.
+func (sess *session) beforeStart(ctx context.Context, inst nodeid.NodeInstance, dataDir string) ([]nodeid.Peer, error) {
+	peers, err := sess.readPeers(ctx, inst)
+	if err != nil {
+		return nil, err
+	}
+	data := templateData{NodeID: inst.ID, Version: int64(inst.Version), DataDir: dataDir, ClusterSize: sess.cfg.ClusterSize,
+		TaskID: sess.cfg.TaskID, Address: sess.cfg.Address, Peers: peers}
+	if err := renderTemplates(sess.s.templates, data); err != nil {
+		return nil, err
+	}
+	for _, t := range sess.s.templates {
+		sess.log.Info("template rendered", "src", t.src, "dst", t.dst)
+	}
+	if err := writeFileAtomic(sess.s.peersFile, peersJSON(peers), 0o644); err != nil {
+		return nil, fmt.Errorf("peers file: %w", err)
+	}
+	sess.log.Info("peers file written", "path", sess.s.peersFile, "peers", nodePeersEnv(peers))
+	return peers, nil
 }
 
 func childExitCode(err error) int {

@@ -40,7 +40,7 @@ type session struct {
 
 // leaseOptions are the settings of commands that take a lease.
 var leaseOptions = append([]string{"cluster-size", "lease-duration", "renew-interval", "acquire-timeout", "poll-interval",
-	"readiness-timeout", "allowed-ids", "task-id", "metrics-addr", "skip-probe"}, s3Options...)
+	"readiness-timeout", "allowed-ids", "task-id", "metrics-addr", "skip-probe", "advertise-address"}, s3Options...)
 
 var dataOptions = []string{"data-root", "keep-versions", "immutable", "skip", "data-preset"}
 
@@ -77,6 +77,11 @@ func newSession(ctx context.Context, s *settings, stderr io.Writer) (*session, e
 	}
 	if err := s.probe(ctx, sess.repo, sess.log); err != nil {
 		return nil, err
+	}
+	// After the probe, so that bad input still gets one line on stderr.
+	var source string
+	if cfg.Address, source = resolveAddress(ctx, s, defaultAddressSources(), sess.log); cfg.Address != "" {
+		sess.log.Info("advertised address", "address", cfg.Address, "source", source)
 	}
 	if off := os.Getenv("NODEID_TEST_CLOCK_OFFSET"); off != "" {
 		// Test-only: shift this task's wall clock (chaos experiment 9). The

@@ -20,6 +20,7 @@ type slotStatus struct {
 	State        string    `json:"state"` // held, expired, released, unusable, corrupt, missing
 	Version      int64     `json:"version"`
 	TaskID       string    `json:"taskId,omitempty"`
+	Address      string    `json:"address,omitempty"`  // only while held and live, as in `peers`
 	TimeLeft     string    `json:"timeLeft,omitempty"` // by the server's clock
 	TimeLeftMs   int64     `json:"timeLeftMs,omitempty"`
 	LastModified time.Time `json:"lastModified,omitzero"`
@@ -108,6 +109,9 @@ func readStatus(ctx context.Context, repo nodeid.Repository, size int, localLeas
 				row.State = "expired"
 			default:
 				row.State = "held"
+				if nodeid.ValidateAddress(l.Address) == nil {
+					row.Address = l.Address
+				}
 			}
 			if l.Held() && !rec.ServerDate.IsZero() {
 				left := rec.LastModified.Add(lease).Sub(rec.ServerDate)
@@ -134,7 +138,7 @@ func printStatus(w io.Writer, rows []slotStatus, asJSON bool) error {
 		return enc.Encode(rows)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tSTATE\tVERSION\tHOLDER\tLEFT (S3 CLOCK)\tLAST MODIFIED")
+	fmt.Fprintln(tw, "NODE\tSTATE\tVERSION\tHOLDER\tADDRESS\tLEFT (S3 CLOCK)\tLAST MODIFIED")
 	for _, r := range rows {
 		lm := ""
 		if !r.LastModified.IsZero() {
@@ -144,7 +148,7 @@ func printStatus(w io.Writer, rows []slotStatus, asJSON bool) error {
 		if r.Error != "" {
 			holder = truncate(r.Error, 60)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s\n", r.NodeID, r.State, r.Version, dash(holder), dash(r.TimeLeft), dash(lm))
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s\t%s\n", r.NodeID, r.State, r.Version, dash(holder), dash(r.Address), dash(r.TimeLeft), dash(lm))
 	}
 	return tw.Flush()
 }

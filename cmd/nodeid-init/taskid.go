@@ -4,14 +4,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/nodeid/nodeid/nodeid"
 )
@@ -47,25 +44,9 @@ func resolveTaskID(ctx context.Context, s *settings, log *slog.Logger) (string, 
 }
 
 func ecsTaskARN(ctx context.Context, uri string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(uri, "/")+"/task", nil)
+	meta, err := fetchTaskMetadata(ctx, http.DefaultClient, uri)
 	if err != nil {
 		return "", err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("task metadata: HTTP %d", resp.StatusCode)
-	}
-	var meta struct {
-		TaskARN string `json:"TaskARN"`
-	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&meta); err != nil {
-		return "", fmt.Errorf("task metadata: %w", err)
 	}
 	if err := nodeid.ValidateTaskID(meta.TaskARN); err != nil {
 		return "", fmt.Errorf("task metadata TaskARN: %w", err)
