@@ -95,6 +95,9 @@ const (
 	PeerUnusable PeerState = "unusable" // scaled down
 	PeerMissing  PeerState = "missing"  // no object
 	PeerCorrupt  PeerState = "corrupt"  // an object that is not a lease
+	// PeerUnknown: not read for a lease duration (S3 errors), or its
+	// expiry cannot be judged (no server Date): no address is given.
+	PeerUnknown PeerState = "unknown"
 )
 
 // Peer is one node ID of the cluster: its version, its holder and where to
@@ -118,6 +121,10 @@ func peerOf(rec Record, lease time.Duration) Peer {
 		p.State = PeerUnusable
 	case !l.Held():
 		p.State = PeerReleased
+	case rec.ServerDate.IsZero() || rec.LastModified.IsZero():
+		// Expiry cannot be judged by the server's clock: an address that
+		// may be a dead holder's is not handed out.
+		p.State = PeerUnknown
 	case ExpiredByServerClock(rec.LastModified, rec.ServerDate, max(l.Duration, lease, rec.ClaimedDuration())):
 		p.State = PeerExpired
 	default:
@@ -189,6 +196,39 @@ func (p *Provider) PeersChanged() <-chan struct{} {
 		p.peersCh = make(chan struct{})
 	}
 	return p.peersCh
+}
+
+// agedPeers merges the entries read in this round (fresh) into the table:
+// an entry not read again keeps its last reading for one lease duration,
+// then becomes PeerUnknown without an address. A holder that died while we
+// could not read its object is judged expired by the server's clock within
+// L + 1 s of its last write, so an address older than L of reading may be a
+// dead one's. Our own entry is what we hold.
+func (p *Provider) agedPeers(fresh map[int]Peer) map[int]Peer {
+	now := p.cfg.Clock.Now()
+	p.mu.Lock()
+	inst := p.instance
+	p.mu.Unlock()
+	p.peersMu.Lock()
+	defer p.peersMu.Unlock()
+	if p.peerRead == nil {
+		p.peerRead = map[int]time.Time{}
+	}
+	table := map[int]Peer{inst.ID: {ID: inst.ID, Address: p.cfg.Address, Version: inst.Version, TaskID: p.cfg.TaskID, State: PeerHeld}}
+	for id, peer := range fresh {
+		table[id] = peer
+		p.peerRead[id] = now
+	}
+	for _, old := range p.peers {
+		if _, ok := table[old.ID]; ok {
+			continue
+		}
+		if now.Sub(p.peerRead[old.ID]) > p.cfg.LeaseDuration {
+			old = Peer{ID: old.ID, Version: old.Version, State: PeerUnknown}
+		}
+		table[old.ID] = old
+	}
+	return table
 }
 
 // setPeers stores a new table and wakes PeersChanged waiters if it differs.

@@ -34,9 +34,10 @@ type Provider struct {
 
 	randMu sync.Mutex // cfg.Rand is not safe for concurrent use
 
-	peersMu sync.Mutex // guards peers and peersCh, apart from mu: readers may be slow
-	peers   []Peer
-	peersCh chan struct{}
+	peersMu  sync.Mutex // guards peers, peersCh and peerRead, apart from mu: readers may be slow
+	peers    []Peer
+	peersCh  chan struct{}
+	peerRead map[int]time.Time // when each peer's object was last read
 
 	mu       sync.Mutex
 	state    providerState
@@ -1174,34 +1175,37 @@ func (p *Provider) refresh() {
 	p.mu.Lock()
 	inst := p.instance
 	p.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 4*p.cfg.RequestTimeout)
-	defer cancel()
-	listing, err := p.repo.List(ctx)
+	// Each request has its own timeout: one budget for the whole round
+	// would starve the last GETs of a large cluster, every round.
+	lctx, cancel := context.WithTimeout(context.Background(), p.cfg.RequestTimeout)
+	listing, err := p.repo.List(lctx)
+	cancel()
 	if err != nil {
+		p.setPeers(p.agedPeers(nil))
 		return
 	}
 	learned := VersionMappings{}
 	peersKnow := true
-	table := map[int]Peer{inst.ID: {ID: inst.ID, Address: p.cfg.Address, Version: inst.Version, TaskID: p.cfg.TaskID, State: PeerHeld}}
-	for id := range p.cfg.ClusterSize {
-		if id != inst.ID {
-			table[id] = Peer{ID: id, State: PeerMissing}
-		}
-	}
+	fresh := map[int]Peer{}
 	for _, s := range listing.Slots {
 		if s.ID == inst.ID {
 			continue
 		}
 		// Every peer is read: a listing's size is only a hint, and a
 		// released lease's version is worth learning too.
-		rec, err := p.repo.Get(ctx, s.ID)
-		if errors.Is(err, ErrCorruptLease) {
-			table[s.ID] = Peer{ID: s.ID, State: PeerCorrupt}
+		gctx, cancel := context.WithTimeout(context.Background(), p.cfg.RequestTimeout)
+		rec, err := p.repo.Get(gctx, s.ID)
+		cancel()
+		switch {
+		case errors.Is(err, ErrCorruptLease):
+			fresh[s.ID] = Peer{ID: s.ID, State: PeerCorrupt}
+		case errors.Is(err, ErrNotFound):
+			fresh[s.ID] = Peer{ID: s.ID, State: PeerMissing}
 		}
 		if err != nil {
 			continue
 		}
-		table[s.ID] = peerOf(rec, p.cfg.LeaseDuration)
+		fresh[s.ID] = peerOf(rec, p.cfg.LeaseDuration)
 		learned.Observe(s.ID, rec.Lease.Instance.Version)
 		if !rec.Lease.Held() {
 			continue
@@ -1211,6 +1215,16 @@ func (p *Provider) refresh() {
 			peersKnow = false
 		}
 	}
+	listed := map[int]bool{}
+	for _, s := range listing.Slots {
+		listed[s.ID] = true
+	}
+	for id := range p.cfg.ClusterSize {
+		if !listed[id] && id != inst.ID {
+			fresh[id] = Peer{ID: id, State: PeerMissing}
+		}
+	}
+	table := p.agedPeers(fresh)
 
 	p.setPeers(table)
 	p.mu.Lock()

@@ -46,6 +46,9 @@ func cmdAcquire(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return err
 		}
 	}
+	if err := checkDistinctOutputs(outputFile{"env file", s.envFile}, outputFile{"hand-off file", s.handoffFile}, outputFile{"lease file", s.leaseFile}); err != nil {
+		return err
+	}
 	ctx, stop := signalContext(ctx)
 	defer stop()
 	sess, err := newSession(ctx, s, stderr)

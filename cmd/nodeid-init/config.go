@@ -410,6 +410,38 @@ func checkWritableFile(what, path string) error {
 	return nil
 }
 
+// outputFile is one file nodeid-init writes, for checkDistinctOutputs.
+type outputFile struct{ what, path string }
+
+// checkDistinctOutputs refuses two outputs that are one file: by clean path,
+// or, for files that exist, by identity (a symlink or a hard link). Each is
+// rewritten by rename, so the last writer would silently replace the other
+// (a peers table where the lease file should be, a config file replaced by
+// JSON).
+func checkDistinctOutputs(outs ...outputFile) error {
+	for i, a := range outs {
+		if a.path == "" {
+			continue
+		}
+		ai, aerr := os.Stat(a.path)
+		for _, b := range outs[i+1:] {
+			if b.path == "" {
+				continue
+			}
+			same := filepath.Clean(a.path) == filepath.Clean(b.path)
+			if !same && aerr == nil {
+				if bi, err := os.Stat(b.path); err == nil {
+					same = os.SameFile(ai, bi)
+				}
+			}
+			if same {
+				return usagef("%s and %s are the same file (%s): give each its own path", a.what, b.what, b.path)
+			}
+		}
+	}
+	return nil
+}
+
 func (s *settings) logger(stderr io.Writer) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: s.logLevel}
 	if s.logFormat == "json" {

@@ -44,6 +44,13 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := checkWritableFile("peers file", s.peersFile); err != nil {
 		return err
 	}
+	outs := []outputFile{{"lease file", s.leaseFile}, {"peers file", s.peersFile}}
+	for _, t := range s.templates {
+		outs = append(outs, outputFile{"template destination", t.dst})
+	}
+	if err := checkDistinctOutputs(outs...); err != nil {
+		return err
+	}
 	if s.clusterSize > 0 { // else newSession reports the missing size
 		if err := checkTemplates(s.templates, s.clusterSize); err != nil {
 			return err
