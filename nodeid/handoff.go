@@ -68,7 +68,7 @@ func (p *Provider) HandOff(ctx context.Context) (Handoff, error) {
 	}
 	h := Handoff{
 		TaskID:               p.cfg.TaskID,
-		ClusterSize:          p.cfg.ClusterSize,
+		ClusterSize:          p.clusterSize(),
 		Instance:             p.instance,
 		ETag:                 p.etag,
 		PreviousGraceful:     p.graceful,

@@ -34,6 +34,10 @@ type Provider struct {
 
 	randMu sync.Mutex // cfg.Rand is not safe for concurrent use
 
+	// size is the cluster size in use: Config.ClusterSize, which the
+	// simulation changes while tasks wait (a redeploy after a scale).
+	size atomic.Int64
+
 	peersMu  sync.Mutex // guards peers, peersCh and peerRead, apart from mu: readers may be slow
 	peers    []Peer
 	peersCh  chan struct{}
@@ -78,6 +82,9 @@ func (p *Provider) validity() time.Duration {
 	return p.cfg.LeaseDuration - p.cfg.SafetyMargin
 }
 
+// clusterSize is the number of node IDs in use (see size).
+func (p *Provider) clusterSize() int { return int(p.size.Load()) }
+
 // providerStats are counters for metrics and tests.
 type providerStats struct {
 	acquireAttempts atomic.Int64
@@ -120,6 +127,7 @@ func NewProvider(repo Repository, cfg Config) (*Provider, error) {
 			os.Exit(ExitCodeLeaseLost)
 		}
 	}
+	p.size.Store(int64(cfg.ClusterSize))
 	return p, nil
 }
 
@@ -288,13 +296,13 @@ func (p *Provider) Acquire(ctx context.Context) (NodeInstance, error) {
 		if err != nil {
 			p.log.Warn("reading leases failed, retrying", "err", err)
 		} else {
-			if stale && relists < p.cfg.ClusterSize {
+			if stale && relists < p.clusterSize() {
 				relists++ // others are taking IDs right now: look again at once
 				continue
 			}
 			relists = 0
 			if !waitingLogged {
-				p.log.Info("no node id free, waiting", "cluster_size", p.cfg.ClusterSize, "poll_interval", p.cfg.PollInterval)
+				p.log.Info("no node id free, waiting", "cluster_size", p.clusterSize(), "poll_interval", p.cfg.PollInterval)
 				waitingLogged = true
 			}
 		}
@@ -359,21 +367,21 @@ func (p *Provider) trySpread(ctx context.Context) (NodeInstance, bool, bool, err
 		listing, err = p.awaitBootstrap(ctx, listing, rtt)
 	}
 	var created []Record
-	if err == nil && (!listing.MarkerSeen || len(missingIDs(listing, p.cfg.ClusterSize)) > 0) {
+	if err == nil && (!listing.MarkerSeen || len(missingIDs(listing, p.clusterSize())) > 0) {
 		// First start of the cluster, a scale-up, or a deleted object.
-		ictx, cancel := context.WithTimeout(ctx, time.Duration(p.cfg.ClusterSize+4)*p.cfg.RequestTimeout)
+		ictx, cancel := context.WithTimeout(ctx, time.Duration(p.clusterSize()+4)*p.cfg.RequestTimeout)
 		var b bootstrap
 		// While others create faster than what is left, read the marker a
 		// few times (a cheap GET) rather than race them (a create and a LIST
 		// per lost race).
-		b, err = initializeFrom(ictx, p.repo, listing, p.cfg.ClusterSize, p.cfg.TaskID, p.cfg.LeaseDuration, p.nonce, func(ctx context.Context) bool {
+		b, err = initializeFrom(ictx, p.repo, listing, p.clusterSize(), p.cfg.TaskID, p.cfg.LeaseDuration, p.nonce, func(ctx context.Context) bool {
 			return p.pollMarker(ctx, rtt, 3)
 		})
 		cancel()
 		// A marker we created ourselves is read back when needed: only the
 		// server knows its Last-Modified, which the freshness proof needs.
 		listing, created = b.listing, b.created
-		if err == nil && len(created) == 0 && len(missingIDs(listing, p.cfg.ClusterSize)) > 0 {
+		if err == nil && len(created) == 0 && len(missingIDs(listing, p.clusterSize())) > 0 {
 			// Others created the objects: the listing we hold may lack them.
 			listing, err = p.list(ctx)
 		}
@@ -405,10 +413,10 @@ func (p *Provider) trySpread(ctx context.Context) (NodeInstance, bool, bool, err
 // lists again. It only delays: what follows is decided from the new listing
 // as before.
 func (p *Provider) awaitBootstrap(ctx context.Context, listing Listing, rtt time.Duration) (Listing, error) {
-	if listing.MarkerSeen || len(listing.Slots) == 0 || len(missingIDs(listing, p.cfg.ClusterSize)) == 0 {
+	if listing.MarkerSeen || len(listing.Slots) == 0 || len(missingIDs(listing, p.clusterSize())) == 0 {
 		return listing, nil
 	}
-	p.pollMarker(ctx, rtt, p.cfg.ClusterSize)
+	p.pollMarker(ctx, rtt, p.clusterSize())
 	if err := ctx.Err(); err != nil {
 		return listing, err
 	}
@@ -464,8 +472,8 @@ func (p *Provider) get(ctx context.Context, id int) (Record, error) {
 // each; the caller backs off exponentially (1 s doubling to 30 s) after a
 // full pass. Expiry is judged by the same safe rules as the default.
 func (p *Provider) trySequential(ctx context.Context) (NodeInstance, bool, error) {
-	ictx, cancel := context.WithTimeout(ctx, time.Duration(p.cfg.ClusterSize+2)*p.cfg.RequestTimeout)
-	err := Initialize(ictx, p.repo, p.cfg.ClusterSize, p.cfg.TaskID, p.cfg.LeaseDuration)
+	ictx, cancel := context.WithTimeout(ctx, time.Duration(p.clusterSize()+2)*p.cfg.RequestTimeout)
+	err := Initialize(ictx, p.repo, p.clusterSize(), p.cfg.TaskID, p.cfg.LeaseDuration)
 	cancel()
 	if err != nil {
 		return NodeInstance{}, false, err
@@ -590,7 +598,7 @@ func (p *Provider) allowedIDs() []int {
 		sort.Ints(ids)
 		return ids
 	}
-	ids := make([]int, p.cfg.ClusterSize)
+	ids := make([]int, p.clusterSize())
 	for i := range ids {
 		ids[i] = i
 	}
@@ -1219,7 +1227,7 @@ func (p *Provider) refresh() {
 	for _, s := range listing.Slots {
 		listed[s.ID] = true
 	}
-	for id := range p.cfg.ClusterSize {
+	for id := range p.clusterSize() {
 		if !listed[id] && id != inst.ID {
 			fresh[id] = Peer{ID: id, State: PeerMissing}
 		}

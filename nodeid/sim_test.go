@@ -991,7 +991,7 @@ func (w *simWorld) scale(size int) {
 		}
 		t.provider.mu.Lock()
 		if t.provider.state == stateAcquiring || t.provider.state == stateIdle {
-			t.provider.cfg.ClusterSize = size // tasks are redeployed with the new size
+			t.provider.size.Store(int64(size)) // tasks are redeployed with the new size
 		}
 		t.provider.mu.Unlock()
 	}
