@@ -28,14 +28,22 @@ func TestRacingProvidersGetDistinctIDs(t *testing.T) {
 			forEachServer(t, func(t *testing.T, srv *s3test.Server) {
 				repo := newRepo(t, srv, "")
 				if tc.bootstrap {
-					if err := nodeid.Initialize(context.Background(), repo, n, "bootstrap", 2*time.Second); err != nil {
+					if err := nodeid.Initialize(context.Background(), repo, n, "bootstrap", 4*time.Second); err != nil {
 						t.Fatal(err)
 					}
 				}
 				before := repo.Requests()
 				providers := make([]*nodeid.Provider, n)
 				for i := range providers {
-					providers[i] = newProvider(t, repo, fastConfig(t, fmt.Sprintf("task-%d", i), n, nil))
+					// Longer timings than fastConfig: 50 tasks on a
+					// loaded machine must not see request timeouts
+					// (a take that timed out but landed is taken again
+					// at v2 once it expires). The refresh loop is
+					// pushed out: its reads are not acquisition cost.
+					cfg := fastConfig(t, fmt.Sprintf("task-%d", i), n, nil)
+					cfg.LeaseDuration, cfg.RenewInterval, cfg.SafetyMargin, cfg.RequestTimeout = 4*time.Second, 1200*time.Millisecond, 800*time.Millisecond, time.Second
+					cfg.MappingsRefreshInterval = time.Minute
+					providers[i] = newProvider(t, repo, cfg)
 				}
 				got := make([]nodeid.NodeInstance, n)
 				errs := make([]error, n)
