@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"runtime"
+	"strings"
 	"testing"
 )
 
@@ -19,4 +20,39 @@ func TestVersionCommandAndFlags(t *testing.T) {
 			t.Errorf("%s: stdout %q, stderr %q; want stdout %q", arg, stdout.String(), stderr.String(), want)
 		}
 	}
+}
+
+func TestBuildInfoMetric(t *testing.T) {
+	families, err := newMetrics().reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, c := buildVersion()
+	want := map[string]string{"version": v, "commit": c, "goversion": runtime.Version()}
+	for _, f := range families {
+		if f.GetName() != "nodeid_build_info" {
+			continue
+		}
+		if len(f.GetMetric()) != 1 {
+			t.Fatalf("%d nodeid_build_info series, want 1", len(f.GetMetric()))
+		}
+		s := f.GetMetric()[0]
+		if got := s.GetGauge().GetValue(); got != 1 {
+			t.Errorf("nodeid_build_info = %v, want 1", got)
+		}
+		got := map[string]string{}
+		for _, l := range s.GetLabel() {
+			got[l.GetName()] = l.GetValue()
+		}
+		if len(got) != len(want) {
+			t.Errorf("labels %v, want %v", got, want)
+		}
+		for k, w := range want {
+			if got[k] != w || strings.TrimSpace(w) == "" {
+				t.Errorf("label %s = %q, want %q (not empty)", k, got[k], w)
+			}
+		}
+		return
+	}
+	t.Fatal("no nodeid_build_info series")
 }
