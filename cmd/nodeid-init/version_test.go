@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"testing"
 )
@@ -18,6 +19,22 @@ func TestVersionCommandAndFlags(t *testing.T) {
 		}
 		if stdout.String() != want || stderr.Len() != 0 {
 			t.Errorf("%s: stdout %q, stderr %q; want stdout %q", arg, stdout.String(), stderr.String(), want)
+		}
+	}
+}
+
+func TestVCSRevisionFallback(t *testing.T) {
+	for _, tc := range []struct {
+		settings []debug.BuildSetting
+		want     string
+	}{
+		{nil, ""},
+		{[]debug.BuildSetting{{Key: "vcs.revision", Value: "0123456789abcdef0123"}, {Key: "vcs.modified", Value: "false"}}, "0123456789ab"},
+		{[]debug.BuildSetting{{Key: "vcs.modified", Value: "true"}, {Key: "vcs.revision", Value: "0123456789abcdef0123"}}, "0123456789ab-dirty"},
+		{[]debug.BuildSetting{{Key: "vcs.modified", Value: "true"}}, ""},
+	} {
+		if got := vcsRevision(&debug.BuildInfo{Settings: tc.settings}); got != tc.want {
+			t.Errorf("vcsRevision(%v) = %q, want %q", tc.settings, got, tc.want)
 		}
 	}
 }
