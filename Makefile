@@ -4,16 +4,34 @@ GO ?= go
 GOBIN := $(shell $(GO) env GOPATH)/bin
 VERSITYGW_VERSION := v1.8.0
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+# Stamped into nodeid-init by scripts/build.sh (which holds the build flags);
+# computed once per make run, e.g. make release VERSION=v1.2.3
+VERSION ?= $(shell scripts/build.sh --version)
+COMMIT ?= $(shell scripts/build.sh --commit)
+VERSION := $(VERSION)
+COMMIT := $(COMMIT)
+BUILD := GO=$(GO) VERSION=$(VERSION) COMMIT=$(COMMIT) scripts/build.sh
+DIST ?= dist
+RELEASE_ARCHES ?= amd64 arm64
 
-.PHONY: all build demo test test-short lint versitygw test-tools bench bench-datadir chaos clean sim sim-teeth fuzz docs-check
+.PHONY: all build release demo test test-short lint versitygw test-tools bench bench-datadir chaos clean sim sim-teeth fuzz docs-check
 
 all: build test
 
-## build: compile every package and the nodeid-init command into bin/
+## build: compile every package, and nodeid-init (static, stamped) into bin/
 build:
 	$(GO) build ./...
-	@if [ -d cmd/nodeid-init ] && ls cmd/nodeid-init/*.go >/dev/null 2>&1; then \
-		$(GO) build -o bin/nodeid-init ./cmd/nodeid-init; fi
+	$(BUILD) bin/nodeid-init
+
+## release: static, stamped nodeid-init for linux/amd64 and linux/arm64 in
+## $(DIST)/nodeid-init-VERSION-linux-ARCH, with $(DIST)/SHA256SUMS
+release:
+	mkdir -p $(DIST)
+	rm -f $(DIST)/nodeid-init-*-linux-* $(DIST)/SHA256SUMS
+	for arch in $(RELEASE_ARCHES); do \
+		$(BUILD) $(DIST)/nodeid-init-$(VERSION)-linux-$$arch linux $$arch || exit 1; done
+	cd $(DIST) && sha256sum nodeid-init-$(VERSION)-linux-* > SHA256SUMS
+	@ls -l $(DIST)
 
 ## demo: three supervised tasks on an S3 server embedded in the demo, a lease
 ## overwritten, the cluster healing; no AWS account, ends by itself in ~10 s
@@ -95,4 +113,4 @@ docs-check:
 	set -o pipefail; $(GO) test ./cmd/nodeid-init -run '^TestDocsMatchTheCode$$' -count=1 -v | grep -E 'checked|FAIL|ok'
 
 clean:
-	rm -rf bin
+	rm -rf bin dist

@@ -458,7 +458,8 @@ func TestMetricsAndHealthEndpoints(t *testing.T) {
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	for _, series := range []string{"nodeid_node_id 0", "nodeid_version 1", "nodeid_renewals_total", "nodeid_renew_latency_seconds_bucket",
-		"nodeid_acquire_attempts_total 1", "nodeid_lease_transitions_total{to=\"held\"} 1", "nodeid_self_fence_total 0", "nodeid_renewal_failures_total"} {
+		"nodeid_acquire_attempts_total 1", "nodeid_lease_transitions_total{to=\"held\"} 1", "nodeid_self_fence_total 0", "nodeid_renewal_failures_total",
+		"nodeid_build_info{commit="} {
 		if !strings.Contains(string(b), series) {
 			t.Errorf("/metrics lacks %s", series)
 		}

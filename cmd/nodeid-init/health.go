@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"sync"
 
 	"github.com/nodeid/nodeid/leasefile"
 )
@@ -32,19 +33,57 @@ func cmdHealth(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	return nil
 }
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
+// version and commit are stamped by scripts/build.sh with
+// -ldflags "-X main.version=... -X main.commit=...".
+var version, commit = "dev", ""
 
-func cmdVersion(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	rev := ""
+// buildVersion returns the stamped version and commit; unstamped, those of
+// the build info (go install module@version, VCS stamping), else "dev" and
+// "unknown".
+var buildVersion = sync.OnceValues(func() (string, string) {
+	v, c := version, commit
 	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, kv := range bi.Settings {
-			if kv.Key == "vcs.revision" && len(kv.Value) >= 12 {
-				rev = " " + kv.Value[:12]
-			}
+		if (v == "" || v == "dev") && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+			v = bi.Main.Version
+		}
+		if c == "" {
+			c = vcsRevision(bi)
 		}
 	}
-	fmt.Fprintf(stdout, "nodeid-init %s%s (%s)\n", version, rev, runtime.Version())
+	if v == "" {
+		v = "dev"
+	}
+	if c == "" {
+		c = "unknown"
+	}
+	return v, c
+})
+
+// vcsRevision is the build info's 12-char revision, "-dirty" if modified.
+func vcsRevision(bi *debug.BuildInfo) string {
+	rev, dirty := "", ""
+	for _, kv := range bi.Settings {
+		switch {
+		case kv.Key == "vcs.revision":
+			rev = kv.Value[:min(12, len(kv.Value))]
+		case kv.Key == "vcs.modified" && kv.Value == "true":
+			dirty = "-dirty"
+		}
+	}
+	if rev == "" {
+		return ""
+	}
+	return rev + dirty
+}
+
+// versionLine is what version and --version print.
+func versionLine() string {
+	v, c := buildVersion()
+	return fmt.Sprintf("nodeid-init %s %s (%s %s/%s)", v, c, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}
+
+func cmdVersion(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fmt.Fprintln(stdout, versionLine())
 	return nil
 }
 

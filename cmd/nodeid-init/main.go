@@ -64,7 +64,7 @@ func commands() []command {
 		{"release", "force-release a node ID whose holder is known to be dead", cmdRelease},
 		{"probe", "check that the endpoint enforces conditional writes", cmdProbe},
 		{"health", "exit 0 when this task's lease is valid (ECS health check)", cmdHealth},
-		{"version", "print the version", cmdVersion},
+		{"version", "print the version, commit and Go version (also --version)", cmdVersion},
 	}
 }
 
@@ -79,6 +79,9 @@ func realMain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			return exitUsage
 		}
 		return exitOK
+	}
+	if args[0] == "--version" || args[0] == "-version" {
+		args = append([]string{"version"}, args[1:]...)
 	}
 	for _, c := range commands() {
 		if c.name == args[0] {

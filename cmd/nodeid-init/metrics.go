@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -49,7 +50,11 @@ func newMetrics() *metrics {
 			Help: "Node IDs of the cluster (not scaled down) whose address is unknown in the last peers table: not held, expired, or held without a valid address."}),
 	}
 	m.nodeID.Set(-1)
-	m.reg.MustRegister(m.held, m.nodeID, m.version, m.renewals, m.renewalFailures, m.renewLatency,
+	v, c := buildVersion()
+	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{Name: "nodeid_build_info", Help: "Always 1; the labels say which nodeid-init runs.",
+		ConstLabels: prometheus.Labels{"version": v, "commit": c, "goversion": runtime.Version()}})
+	buildInfo.Set(1)
+	m.reg.MustRegister(buildInfo, m.held, m.nodeID, m.version, m.renewals, m.renewalFailures, m.renewLatency,
 		m.acquireAttempts, m.acquireSeconds, m.transitions, m.selfFences, m.noAddress)
 	for _, to := range []string{"held", "lost", "released", "handed-off"} {
 		m.transitions.WithLabelValues(to)

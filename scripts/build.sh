@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The one place nodeid-init's release flags live (make build, make release,
+# the image build and cmd/nodeid-init/build_test.go all come here):
+#   scripts/build.sh OUT [GOOS GOARCH]   static (CGO_ENABLED=0), -trimpath, stamped
+#   scripts/build.sh --version           the version it would stamp
+#   scripts/build.sh --commit            the commit it would stamp
+# VERSION and COMMIT from the environment win; else git describe --tags
+# --always --dirty and the 12-char HEAD ("dev" and "unknown" outside git).
+set -euo pipefail
+out=${1:-}
+[[ -z "$out" || "$out" == /* || "$out" == -* ]] || out=$PWD/$out
+cd "$(dirname "$0")/.."
+
+: "${VERSION:=$(git describe --tags --always --dirty 2>/dev/null || echo dev)}"
+: "${COMMIT:=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}"
+
+case "$out" in
+--version) echo "$VERSION"; exit 0 ;;
+--commit) echo "$COMMIT"; exit 0 ;;
+"" | -*) echo "usage: scripts/build.sh OUT [GOOS GOARCH] | --version | --commit" >&2; exit 2 ;;
+esac
+if [[ "$VERSION$COMMIT" =~ [[:space:]\'\"] ]]; then
+	echo "scripts/build.sh: VERSION and COMMIT must not contain spaces or quotes" >&2
+	exit 2
+fi
+
+go=${GO:-go}
+GOOS=${2:-$("$go" env GOOS)} GOARCH=${3:-$("$go" env GOARCH)} CGO_ENABLED=0 \
+	"$go" build -trimpath -ldflags "-X main.version=$VERSION -X main.commit=$COMMIT" \
+	-o "$out" ./cmd/nodeid-init
