@@ -5,7 +5,7 @@ GOBIN := $(shell $(GO) env GOPATH)/bin
 VERSITYGW_VERSION := v1.8.0
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build demo test test-short lint versitygw test-tools bench bench-datadir chaos clean sim sim-teeth fuzz docs-check
+.PHONY: all build image demo test test-short lint versitygw test-tools bench bench-datadir chaos clean sim sim-teeth fuzz docs-check
 
 all: build test
 
@@ -14,6 +14,19 @@ build:
 	$(GO) build ./...
 	@if [ -d cmd/nodeid-init ] && ls cmd/nodeid-init/*.go >/dev/null 2>&1; then \
 		$(GO) build -o bin/nodeid-init ./cmd/nodeid-init; fi
+
+## image: the nodeid-init container image for linux/amd64 and linux/arm64,
+## built without a container engine (see docs/image.md): static binaries via
+## scripts/build.sh, then dist/oci (OCI layout) and dist/nodeid-init-image.tar
+IMAGE_VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+IMAGE_COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
+IMAGE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+image:
+	VERSION=$(IMAGE_VERSION) COMMIT=$(IMAGE_COMMIT) bash scripts/build.sh dist/linux-amd64/nodeid-init linux amd64
+	VERSION=$(IMAGE_VERSION) COMMIT=$(IMAGE_COMMIT) bash scripts/build.sh dist/linux-arm64/nodeid-init linux arm64
+	SOURCE_DATE_EPOCH=$(IMAGE_EPOCH) $(GO) run ./cmd/nodeid-image -version $(IMAGE_VERSION) -revision "$(IMAGE_COMMIT)" \
+		-bin linux/amd64=dist/linux-amd64/nodeid-init -bin linux/arm64=dist/linux-arm64/nodeid-init \
+		-layout dist/oci -tar dist/nodeid-init-image.tar
 
 ## demo: three supervised tasks on an S3 server embedded in the demo, a lease
 ## overwritten, the cluster healing; no AWS account, ends by itself in ~10 s
@@ -95,4 +108,4 @@ docs-check:
 	set -o pipefail; $(GO) test ./cmd/nodeid-init -run '^TestDocsMatchTheCode$$' -count=1 -v | grep -E 'checked|FAIL|ok'
 
 clean:
-	rm -rf bin
+	rm -rf bin dist
