@@ -14,7 +14,7 @@ BUILD := GO=$(GO) VERSION=$(VERSION) COMMIT=$(COMMIT) scripts/build.sh
 DIST ?= dist
 RELEASE_ARCHES ?= amd64 arm64
 
-.PHONY: all build release demo test test-short lint versitygw test-tools bench bench-datadir chaos clean sim sim-teeth fuzz docs-check
+.PHONY: all build release image demo test test-short lint versitygw test-tools bench bench-datadir chaos clean sim sim-teeth fuzz docs-check
 
 all: build test
 
@@ -32,6 +32,18 @@ release:
 		$(BUILD) $(DIST)/nodeid-init-$(VERSION)-linux-$$arch linux $$arch || exit 1; done
 	cd $(DIST) && sha256sum nodeid-init-$(VERSION)-linux-* > SHA256SUMS
 	@ls -l $(DIST)
+
+## image: the nodeid-init container image for linux/amd64 and linux/arm64,
+## built without a container engine (see docs/image.md): static binaries via
+## scripts/build.sh, then dist/oci (OCI layout) and dist/nodeid-init-image.tar
+IMAGE_REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+IMAGE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+image:
+	$(BUILD) dist/linux-amd64/nodeid-init linux amd64
+	$(BUILD) dist/linux-arm64/nodeid-init linux arm64
+	SOURCE_DATE_EPOCH=$(IMAGE_EPOCH) $(GO) run ./cmd/nodeid-image -version $(VERSION) -revision "$(IMAGE_REVISION)" \
+		-bin linux/amd64=dist/linux-amd64/nodeid-init -bin linux/arm64=dist/linux-arm64/nodeid-init \
+		-layout dist/oci -tar dist/nodeid-init-image.tar
 
 ## demo: three supervised tasks on an S3 server embedded in the demo, a lease
 ## overwritten, the cluster healing; no AWS account, ends by itself in ~10 s
