@@ -74,9 +74,9 @@ func TestECSExamplesInDocs(t *testing.T) {
 	t.Logf("%d task definitions and %d container definitions checked", tasks, containers)
 }
 
-// TestECSCheckerCatchesBrokenExamples shows that checkECSJSON fails a broken
+// TestECSCheckerRefusesBadExamples shows that checkECSJSON fails a broken
 // example: each case breaks a valid task definition in one way.
-func TestECSCheckerCatchesBrokenExamples(t *testing.T) {
+func TestECSCheckerRefusesBadExamples(t *testing.T) {
 	good := `{
   "family": "broker",
   "requiresCompatibilities": ["FARGATE"],
