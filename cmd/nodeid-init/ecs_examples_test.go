@@ -2,10 +2,12 @@ package main_test
 
 import (
 	"bytes"
+	"debug/elf"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"reflect"
@@ -874,4 +876,56 @@ func checkContainer(c *containerDefinition, td *taskDefinition) (errs []string) 
 		}
 	}
 	return errs
+}
+
+// TestECSImageDockerfile builds nodeid-init the way the Dockerfile's builder
+// stage does (its go build line, VERSION set) and checks what docs/ecs.md
+// says of the image: the version reaches `nodeid-init version`, the binary
+// is static, and the final stage keeps the official image's layout. It does
+// not run Docker.
+func TestECSImageDockerfile(t *testing.T) {
+	df, err := os.ReadFile(filepath.Join("..", "..", "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.ReplaceAll(string(df), "\\\n", " ")
+	for _, want := range []string{
+		"FROM golang:1.26 AS build",
+		"ARG VERSION=",
+		"COPY --from=build /out/usr/local/bin/nodeid-init /usr/local/bin/nodeid-init\n",
+		"COPY --from=build --chown=65532:65532 /out/var/lib/nodeid /var/lib/nodeid\n",
+		"mkdir -p /out/var/lib/nodeid",
+		`VOLUME ["/var/lib/nodeid"]`,
+		"USER 65532:65532\n",
+		`ENTRYPOINT ["/usr/local/bin/nodeid-init"]`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("Dockerfile: no %q", want)
+		}
+	}
+	m := regexp.MustCompile(`RUN (CGO_ENABLED=0) go build (-trimpath) -ldflags "([^"]*)"\s+-o \S+ (\./cmd/nodeid-init)`).FindStringSubmatch(text)
+	if m == nil {
+		t.Fatal("Dockerfile: no RUN CGO_ENABLED=0 go build -trimpath -ldflags \"...\" -o ... ./cmd/nodeid-init")
+	}
+	out := filepath.Join(t.TempDir(), "nodeid-init")
+	build := exec.Command("go", "build", m[2], "-ldflags", strings.ReplaceAll(m[3], "${VERSION}", "1.2.3-docker"), "-o", out, m[4])
+	build.Dir = filepath.Join("..", "..")
+	build.Env = append(os.Environ(), m[1])
+	if b, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("%v: %v\n%s", build.Args, err, b)
+	}
+	v, err := exec.Command(out, "version").CombinedOutput()
+	if err != nil || !strings.HasPrefix(string(v), "nodeid-init 1.2.3-docker ") {
+		t.Errorf("nodeid-init version: %q, %v; want the VERSION build-arg", v, err)
+	}
+	f, err := elf.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP || p.Type == elf.PT_DYNAMIC {
+			t.Errorf("the binary is dynamically linked (%v): it would not run on distroless static", p.Type)
+		}
+	}
 }
