@@ -120,9 +120,10 @@ fuzz:
 		echo "== nodeid-init $$t"; $(GO) test ./cmd/nodeid-init -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) || exit 1; done
 
 ## docs-check: every NODEID_ variable, nodeid-init command line, make target and
-## path in README.md and docs/ exists (also part of make test)
+## path in README.md and docs/ exists, and every ECS task or container definition
+## there is valid, and the Dockerfile builds what docs/ecs.md says (also part of make test)
 docs-check:
-	set -o pipefail; $(GO) test ./cmd/nodeid-init -run '^TestDocsMatchTheCode$$' -count=1 -v | grep -E 'checked|FAIL|ok'
+	set -o pipefail; $(GO) test ./cmd/nodeid-init -run '^(TestDocsMatchTheCode|TestECS[A-Za-z]*)$$' -count=1 -v | grep -E 'checked|FAIL|ok'
 
 clean:
 	rm -rf bin dist

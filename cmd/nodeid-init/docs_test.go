@@ -6,8 +6,43 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 )
+
+// subcommands are the subcommands whose -h output lists their flags, each
+// with its NODEID_ variable.
+var subcommands = []string{"run", "acquire", "renew", "status", "peers", "bootstrap", "scale", "release", "probe", "health"}
+
+var helps sync.Map // subcommand -> its -h output
+
+// help returns the output of `nodeid-init SUB -h` (the binary TestMain
+// built), cached.
+func help(sub string) string {
+	if h, ok := helps.Load(sub); ok {
+		return h.(string)
+	}
+	out, _ := exec.Command(binary, sub, "-h").CombinedOutput()
+	helps.Store(sub, string(out))
+	return string(out)
+}
+
+// readsEnv reports whether subcommand sub reads the variable v: its -h
+// output names it as "(env V)" or "(env V, default ...)".
+func readsEnv(sub, v string) bool {
+	h := help(sub)
+	return strings.Contains(h, "(env "+v+")") || strings.Contains(h, "(env "+v+",")
+}
+
+// knownEnv reports whether any subcommand reads the variable v.
+func knownEnv(v string) bool {
+	for _, sub := range subcommands {
+		if readsEnv(sub, v) {
+			return true
+		}
+	}
+	return false
+}
 
 // TestDocsMatchTheCode keeps README.md and docs/ from rotting: every
 // NODEID_ variable they name is one the command reads, every `nodeid-init`
@@ -19,17 +54,8 @@ func TestDocsMatchTheCode(t *testing.T) {
 	files, _ := filepath.Glob(filepath.Join(root, "docs", "*.md"))
 	files = append(files, filepath.Join(root, "README.md"))
 
-	helps := map[string]string{} // subcommand -> its -h output
-	help := func(sub string) string {
-		if h, ok := helps[sub]; ok {
-			return h
-		}
-		out, _ := exec.Command(binary, sub, "-h").CombinedOutput()
-		helps[sub] = string(out)
-		return helps[sub]
-	}
 	all := ""
-	for _, sub := range []string{"run", "acquire", "renew", "status", "peers", "bootstrap", "scale", "release", "probe", "health"} {
+	for _, sub := range subcommands {
 		all += help(sub)
 	}
 	makefile, err := os.ReadFile(filepath.Join(root, "Makefile"))
