@@ -82,13 +82,31 @@ func cmdAcquire(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := writeFileAtomic(s.handoffFile, append(b, '\n'), 0o600); err != nil {
 		return fmt.Errorf("hand-off file: %w", err)
 	}
-	if err := writeFileAtomic(s.envFile, []byte(strings.Join(env, "\n")+"\n"), 0o644); err != nil {
+	if err := writeFileAtomic(s.envFile, envFileText(env), 0o644); err != nil {
 		return fmt.Errorf("env file: %w", err)
 	}
 	left := time.Duration(h.ValidUntilBoottimeNs) - boottimeNow()
 	sess.log.Info("node id acquired and handed off", "node_id", inst.ID, "version", int64(inst.Version),
 		"env_file", s.envFile, "handoff_file", s.handoffFile, "adopt_within", left.Round(time.Millisecond))
 	return nil
+}
+
+// envFileText renders NAME=value pairs for `set -a; . FILE`: every value is
+// single-quoted, so that a task ID or a path with ; $ ` ' or spaces is data,
+// never shell syntax. (checkPathText and ValidateTaskID keep newlines out.)
+func envFileText(env []string) []byte {
+	var b strings.Builder
+	for _, kv := range env {
+		name, value, _ := strings.Cut(kv, "=")
+		b.WriteString(name + "=" + shellQuote(value) + "\n")
+	}
+	return []byte(b.String())
+}
+
+// shellQuote quotes s for sh: inside single quotes nothing is special; a
+// single quote closes the quotes, is escaped with a backslash, and reopens.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 func writeFileAtomic(path string, data []byte, mode os.FileMode) error {

@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 
@@ -375,6 +377,9 @@ func (s *settings) checkDataRoot() error {
 	if s.dataRoot == "" {
 		return nil
 	}
+	if err := checkPathText("data root", s.dataRoot); err != nil {
+		return err
+	}
 	fi, err := os.Stat(s.dataRoot)
 	if err != nil {
 		return usagef("data root %s: %v", s.dataRoot, errors.Unwrap(err))
@@ -388,9 +393,28 @@ func (s *settings) checkDataRoot() error {
 	return nil
 }
 
+// checkPathText refuses control characters (newlines included) and invalid
+// UTF-8 in a path that ends up in the env file, a log line or a child's
+// environment: a newline there would start a new variable in the env file.
+// Spaces, quotes and other printable characters are fine (they are quoted).
+func checkPathText(what, path string) error {
+	if !utf8.ValidString(path) {
+		return usagef("%s %q: not valid UTF-8", what, path)
+	}
+	for _, r := range path {
+		if unicode.IsControl(r) {
+			return usagef("%s %q: control characters are not allowed", what, path)
+		}
+	}
+	return nil
+}
+
 // checkWritableFile verifies, without writing, that path can be created or
 // replaced.
 func checkWritableFile(what, path string) error {
+	if err := checkPathText(what, path); err != nil {
+		return err
+	}
 	dir := filepath.Dir(path)
 	fi, err := os.Stat(dir)
 	if err != nil || !fi.IsDir() {

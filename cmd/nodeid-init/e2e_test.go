@@ -338,13 +338,11 @@ func TestAcquireThenRenewKeepsTheLease(t *testing.T) {
 	if code := init.wait(t, 20*time.Second); code != 0 {
 		t.Fatalf("acquire exited %d:\n%s", code, init.out.String())
 	}
-	env, err := os.ReadFile(envFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{"NODE_ID=", "NODE_VERSION=1", "NODE_DATA_DIR=" + c.root, "NODE_CLUSTER_SIZE=2", "NODE_PREVIOUS_GRACEFUL=true", "NODE_HANDOFF_FILE=", "NODE_LEASE_FILE=" + leaseFile} {
-		if !strings.Contains(string(env), want) {
-			t.Errorf("env file lacks %q:\n%s", want, env)
+	env := sourceEnvFile(t, envFile)
+	for k, v := range map[string]string{"NODE_VERSION": "1", "NODE_DATA_DIR": filepath.Join(c.root, "node-"+env["NODE_ID"], "v1"), "NODE_CLUSTER_SIZE": "2",
+		"NODE_PREVIOUS_GRACEFUL": "true", "NODE_HANDOFF_FILE": filepath.Join(envDir, "nodeid-handoff.json"), "NODE_LEASE_FILE": leaseFile} {
+		if env[k] != v {
+			t.Errorf("env file: %s=%q, want %q: %v", k, env[k], v, env)
 		}
 	}
 	// The sidecar learns the task ID and the cluster size from the hand-off.
@@ -400,9 +398,8 @@ func TestTaskARNFromTheECSMetadataEndpoint(t *testing.T) {
 	if code := tk.wait(t, 20*time.Second); code != 0 {
 		t.Fatalf("acquire exited %d", code)
 	}
-	env, _ := os.ReadFile(envFile)
-	if !strings.Contains(string(env), "NODE_TASK_ID="+arn) {
-		t.Fatalf("env file:\n%s", env)
+	if env := sourceEnvFile(t, envFile); env["NODE_TASK_ID"] != arn {
+		t.Fatalf("env file: %v", env)
 	}
 	rec, err := c.repo().Get(context.Background(), 0)
 	if err != nil || rec.Lease.TaskID != arn {
