@@ -75,7 +75,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	p := sess.provider
 
 	stopping := make(chan struct{})
+	watcherDone := make(chan struct{})
 	go func() {
+		defer close(watcherDone)
 		select {
 		case <-sigs:
 			sess.log.Info("stop requested before the command started")
@@ -121,11 +123,19 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		return err
 	}
+	if testHookBeforeStart != nil {
+		testHookBeforeStart()
+	}
+	// Decide to start only once the watcher is gone: a signal it took
+	// after any earlier check would otherwise be lost and the command
+	// started anyway. A signal from now on waits in sigs and is forwarded
+	// to the command as soon as it runs.
+	cancelAcq()
+	<-watcherDone
 	if isClosed(stopping) {
 		sess.giveBack(true)
 		return nil
 	}
-	cancelAcq() // the acquisition-time signal watcher ends here
 	go sess.followPeers(ctx, s.peersFile, peers)
 
 	// As a subreaper, run inherits whatever the command orphans, so it can
@@ -308,6 +318,10 @@ func childExitCode(err error) int {
 	}
 	return exitError
 }
+
+// testHookBeforeStart, if set, runs just before run decides to start the
+// command (tests deliver a signal there).
+var testHookBeforeStart func()
 
 func isClosed(ch chan struct{}) bool {
 	select {
