@@ -91,6 +91,12 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		return err
 	}
+	// The broker fences itself by the lease file: never start it on a
+	// lease it cannot see. Nothing ran, so the lease is given back.
+	if err := sess.leaseFileError(); err != nil {
+		sess.giveBack(false)
+		return fmt.Errorf("the command was not started: cannot write the lease file: %w", err)
+	}
 	release := func() {
 		cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer ccancel()
@@ -124,6 +130,10 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if isClosed(stopping) {
 		sess.giveBack(true)
 		return nil
+	}
+	if err := sess.leaseFileError(); err != nil {
+		sess.giveBack(true)
+		return fmt.Errorf("the command was not started: cannot write the lease file: %w", err)
 	}
 	cancelAcq() // the acquisition-time signal watcher ends here
 	go sess.followPeers(ctx, s.peersFile, peers)
@@ -235,9 +245,10 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			if forwarded != 0 && code == 128+int(forwarded) {
 				code = 0 // it died of the signal we forwarded: a clean stop
 			}
-			if lerr := p.Err(); errors.Is(lerr, nodeid.ErrLeaseLost) {
+			if lerr := sess.lossErr(); lerr != nil {
 				// The broker saw the loss in the lease file and stopped just
-				// before our SIGKILL reached it.
+				// before our SIGKILL reached it, or the SIGKILL of a fence
+				// (lease file not writable) reached it before sess.lost.
 				return lost(lerr)
 			}
 			sess.log.Info("command exited", "node_id", inst.ID, "version", int64(inst.Version), "exit_code", childExitCode(werr), "after_signal", forwarded != 0)
@@ -247,7 +258,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			if err == nil {
 				err = syncData(dataDir)
 			}
-			if lerr := p.Err(); errors.Is(lerr, nodeid.ErrLeaseLost) {
+			if lerr := sess.lossErr(); lerr != nil {
 				return lost(lerr)
 			}
 			if err != nil {

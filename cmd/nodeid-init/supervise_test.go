@@ -1,0 +1,140 @@
+package main_test
+
+// Issue 19: the supervisor's own resources (file descriptors, the lease
+// file) and its duties as PID 1 (reaping).
+
+import (
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nodeid/nodeid/internal/s3test"
+	"github.com/nodeid/nodeid/leasefile"
+)
+
+// Idle connections to the metrics server under a 64-fd limit: the old
+// server accepted them all, the lease-file write then failed with "too many
+// open files" (only logged), the broker's deadline passed while the lease
+// stayed held. Now extra connections are closed at once and the lease file
+// stays current.
+func TestIdleMetricsConnectionsDoNotStarveTheLeaseFile(t *testing.T) {
+	if _, err := exec.LookPath("prlimit"); err != nil {
+		t.Skip("no prlimit")
+	}
+	c := newCluster(t, s3test.StartVersity(t), 1)
+	addr := freeAddr(t)
+	leaseFile := filepath.Join(t.TempDir(), "lease.json")
+	tk := c.startProgram("holder", []string{"NODEID_METRICS_ADDR=" + addr, "NODEID_LEASE_FILE=" + leaseFile},
+		"prlimit", "--nofile=64", binary, "run", "--", "sh", "-c", childScript)
+	tk.identity(t, 20*time.Second)
+
+	var conns []net.Conn
+	defer func() {
+		for _, cn := range conns {
+			cn.Close()
+		}
+	}()
+	for range 200 {
+		cn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, cn)
+	}
+	// The last one is beyond the limit: closed by the server at once.
+	last := conns[len(conns)-1]
+	last.SetReadDeadline(time.Now().Add(3 * time.Second))
+	if _, err := last.Read(make([]byte, 1)); err != io.EOF && !errors.Is(err, syscall.ECONNRESET) {
+		t.Errorf("connection beyond the limit: read = %v, want EOF (closed by the server)", err)
+	}
+	// Longer than the lease (2 s): only renewals keep the file valid.
+	time.Sleep(3 * time.Second)
+	if !tk.running() {
+		t.Fatalf("nodeid-init exited %d:\n%s", tk.code, tk.out.String())
+	}
+	if _, err := leasefile.Check(leaseFile); err != nil {
+		t.Fatalf("lease file not kept current while the metrics server was flooded: %v\n%s", err, tk.out.String())
+	}
+	if strings.Contains(tk.out.String(), "cannot update the lease file") {
+		t.Fatalf("a lease-file write failed:\n%s", tk.out.String())
+	}
+}
+
+// A lease file that cannot be written any more (its directory removed):
+// /healthz fails at once, and the second failed write in a row ends the
+// tenure like a loss: the command is killed, exit 3, no release.
+func TestUnwritableLeaseFileFailsHealthzAndEndsTheTenure(t *testing.T) {
+	c := newCluster(t, s3test.StartVersity(t), 1)
+	addr := freeAddr(t)
+	dir := t.TempDir()
+	leaseFile := filepath.Join(dir, "lease.json")
+	tk := c.start("holder", []string{"NODEID_METRICS_ADDR=" + addr, "NODEID_LEASE_FILE=" + leaseFile},
+		"run", "--", "sh", "-c", childScript)
+	tk.identity(t, 20*time.Second)
+	child := childPID(t, tk)
+	if code := healthz(addr); code != 200 {
+		t.Fatalf("/healthz = %d before the fault", code)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	saw503 := false
+	deadline := time.Now().Add(10 * time.Second)
+	for tk.running() && time.Now().Before(deadline) {
+		if healthz(addr) == 503 {
+			saw503 = true
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if code := tk.wait(t, 10*time.Second); code != 3 {
+		t.Fatalf("exit code %d, want 3:\n%s", code, tk.out.String())
+	}
+	if !saw503 {
+		t.Errorf("/healthz never failed between the failed write and the exit:\n%s", tk.out.String())
+	}
+	if processAlive(child) {
+		t.Errorf("command (pid %d) still alive", child)
+	}
+	out := tk.out.String()
+	if !strings.Contains(out, "cannot update the lease file") || !strings.Contains(out, "command killed") || strings.Contains(out, "lease released") {
+		t.Fatalf("want a failed write, the command killed, no release:\n%s", out)
+	}
+}
+
+// The first lease-file write fails: the command is never started and the
+// lease is released (nothing ran), so a successor takes it over at once.
+func TestFirstLeaseFileWriteFailingNeverStartsTheCommand(t *testing.T) {
+	c := newCluster(t, s3test.StartVersity(t), 1)
+	tk := c.start("first", []string{"NODEID_TEST_LEASE_FILE_FAIL=1"}, "run", "--", "sh", "-c", childScript)
+	if code := tk.wait(t, 20*time.Second); code != 1 {
+		t.Fatalf("exit code %d, want 1:\n%s", code, tk.out.String())
+	}
+	if _, err := os.Stat(tk.report); err == nil {
+		t.Fatalf("the command ran:\n%s", tk.out.String())
+	}
+	if !strings.Contains(tk.out.String(), "the command was not started: cannot write the lease file") {
+		t.Fatalf("no clear error:\n%s", tk.out.String())
+	}
+	_, _, graceful := c.runTask("second").identity(t, 20*time.Second)
+	if !graceful {
+		t.Fatalf("the lease was not released (successor sees previous_graceful=false):\n%s", tk.out.String())
+	}
+}
+
+func healthz(addr string) int {
+	cl := http.Client{Timeout: time.Second}
+	resp, err := cl.Get("http://" + addr + "/healthz")
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
