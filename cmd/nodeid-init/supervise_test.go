@@ -5,6 +5,7 @@ package main_test
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -137,4 +138,96 @@ func healthz(addr string) int {
 	}
 	resp.Body.Close()
 	return resp.StatusCode
+}
+
+// orphanScript double-forks orphans that exit at once (each becomes a child
+// of nodeid-init, the subreaper or PID 1), reports, keeps running for a
+// while, then exits 7.
+const orphanScript = `for i in 1 2 3 4 5 6 7 8; do (sh -c 'exit 0' &); done
+echo "$NODE_ID $NODE_VERSION $NODE_PREVIOUS_GRACEFUL" > "$REPORT"
+for i in 1 2 3 4 5 6 7 8; do (sh -c 'exit 0' &); done
+sleep 3; exit 7`
+
+// Orphans of the command that exit must not stay zombies under nodeid-init
+// while the command runs, also when it is PID 1 of a PID namespace whose
+// /proc is the host's (`unshare --pid --fork`, the old /proc-based reaper
+// never matched there); the command's exit code still comes through.
+func TestOrphansOfTheCommandAreReaped(t *testing.T) {
+	for _, pidns := range []bool{false, true} {
+		t.Run(fmt.Sprintf("pid_namespace=%v", pidns), func(t *testing.T) {
+			prog, args := binary, []string{"run", "--", "sh", "-c", orphanScript}
+			if pidns {
+				if _, err := exec.LookPath("unshare"); err != nil || os.Getuid() != 0 {
+					t.Skip("needs unshare and root")
+				}
+				prog, args = "unshare", append([]string{"--pid", "--fork", binary}, args...)
+			}
+			c := newCluster(t, s3test.StartVersity(t), 1)
+			tk := c.startProgram("holder", nil, prog, args...)
+			tk.identity(t, 20*time.Second)
+			initPid := tk.cmd.Process.Pid
+			if pidns {
+				initPid = onlyChild(t, initPid)
+			}
+			time.Sleep(time.Second) // the orphans have long exited
+			var zombies []int
+			for _, p := range procsOf(t, initPid) {
+				if p.state == "Z" {
+					zombies = append(zombies, p.pid)
+				}
+			}
+			if len(zombies) > 0 {
+				t.Errorf("zombie children of nodeid-init (pid %d) while the command runs: %v", initPid, zombies)
+			}
+			if code := tk.wait(t, 20*time.Second); code != 7 {
+				t.Fatalf("exit code %d, want the command's 7:\n%s", code, tk.out.String())
+			}
+		})
+	}
+}
+
+type childProc struct {
+	pid   int
+	state string
+}
+
+// procsOf lists the children of ppid with their state, from the test's /proc.
+func procsOf(t *testing.T, ppid int) []childProc {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []childProc
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		var pid, pp int
+		if _, err := fmt.Sscan(e.Name(), &pid); err != nil || len(f) < 2 {
+			continue
+		}
+		fmt.Sscan(f[1], &pp)
+		if pp == ppid {
+			out = append(out, childProc{pid, f[0]})
+		}
+	}
+	return out
+}
+
+func onlyChild(t *testing.T, ppid int) int {
+	t.Helper()
+	var kids []childProc
+	waitFor(t, 5*time.Second, "the child of unshare", func() bool {
+		kids = procsOf(t, ppid)
+		return len(kids) == 1
+	})
+	return kids[0].pid
 }
