@@ -143,6 +143,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := becomeSubreaper(); err != nil {
 		sess.log.Warn("cannot become a child subreaper; processes that leave the command's process group are not tracked", "err", err)
 	}
+	if !procIsOurs() {
+		sess.log.Warn("/proc is not this PID namespace's: the processes the command leaves cannot be found, so its lease will be left to expire instead of released", "err", errForeignProc)
+	}
 	// PDEATHSIG reaches the command only; the rest of its tree dies with
 	// nodeid-init only when the kernel tears down the PID namespace.
 	if !diesWithItsTree() {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -61,7 +62,25 @@ func (p proc) dead() bool {
 
 func (p proc) String() string { return fmt.Sprintf("%d(%c)", p.pid, p.state) }
 
+// errForeignProc: /proc was mounted for another PID namespace (e.g.
+// `unshare --pid` without --mount-proc): its pids are not ours, and killing
+// by them would hit the wrong processes or none.
+var errForeignProc = errors.New("/proc belongs to another PID namespace (mount a new proc file system in this one)")
+
+// procIsOurs reports whether /proc shows this process under its own pid.
+func procIsOurs() bool {
+	b, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		return false
+	}
+	p, ok := parseStat(b)
+	return ok && p.pid == os.Getpid()
+}
+
 func readProcs() ([]proc, error) {
+	if !procIsOurs() {
+		return nil, errForeignProc
+	}
 	d, err := os.Open("/proc")
 	if err != nil {
 		return nil, err
@@ -250,6 +269,7 @@ func killLeftovers(pgid int, timeout time.Duration) (int, error) {
 	pause := 5 * time.Millisecond
 	found, quiet := -1, 0
 	for {
+		_ = syscall.Kill(-pgid, syscall.SIGKILL) // whatever /proc says
 		procs, err := readProcs()
 		if err != nil {
 			return found, fmt.Errorf("cannot list processes: %w", err)

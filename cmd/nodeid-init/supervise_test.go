@@ -182,6 +182,13 @@ func TestOrphansOfTheCommandAreReaped(t *testing.T) {
 			if code := tk.wait(t, 20*time.Second); code != 7 {
 				t.Fatalf("exit code %d, want the command's 7:\n%s", code, tk.out.String())
 			}
+			// With the host's /proc, what the command left cannot be
+			// found: the lease is left to expire, nothing killed by pids
+			// of another namespace.
+			out := tk.out.String()
+			if released := strings.Contains(out, "lease released"); released == pidns || pidns != strings.Contains(out, "/proc is not this PID namespace's") {
+				t.Fatalf("released=%v, want %v, with a warning iff in a PID namespace:\n%s", released, !pidns, out)
+			}
 		})
 	}
 }
