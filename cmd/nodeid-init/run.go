@@ -33,7 +33,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return usagef("command %q: %v", rest[0], errors.Unwrap(err))
 	}
 	if s.leaseFile == "" {
-		s.leaseFile = defaultLeaseFile()
+		if s.leaseFile, err = defaultLeaseFile(); err != nil {
+			return err
+		}
 	}
 	if err := checkWritableFile("lease file", s.leaseFile); err != nil {
 		return err

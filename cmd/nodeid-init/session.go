@@ -357,7 +357,17 @@ func (sess *session) nodeEnv(inst nodeid.NodeInstance, dataDir string) []string 
 }
 
 // defaultLeaseFile is per process: two supervisors on one host must never
-// share a lease file, or one broker could read the other's valid lease.
-func defaultLeaseFile() string {
-	return filepath.Join(os.TempDir(), fmt.Sprintf("nodeid-lease-%d.json", os.Getpid()))
+// share a lease file, or one broker could read the other's valid lease. It
+// lies in a new directory of $TMPDIR with an unpredictable name (mode 0755:
+// a broker that dropped privileges still reads it), so nobody else on a
+// shared /tmp can plant a file or a symlink at its path beforehand.
+func defaultLeaseFile() (string, error) {
+	dir, err := os.MkdirTemp("", "nodeid-")
+	if err == nil {
+		err = os.Chmod(dir, 0o755)
+	}
+	if err != nil {
+		return "", usagef("lease file: cannot create its directory in %s: %v", os.TempDir(), err)
+	}
+	return filepath.Join(dir, "lease.json"), nil
 }
