@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -29,6 +30,8 @@ type metrics struct {
 	transitions     *prometheus.CounterVec
 	selfFences      prometheus.Counter
 	noAddress       prometheus.Gauge
+
+	leaseFileFailures prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -49,13 +52,15 @@ func newMetrics() *metrics {
 		noAddress: prometheus.NewGauge(prometheus.GaugeOpts{Name: "nodeid_peers_without_address",
 			Help: "Node IDs of the cluster (not scaled down) whose address is unknown in the last peers table: not held, expired, or held without a valid address."}),
 	}
+	m.leaseFileFailures = prometheus.NewCounter(prometheus.CounterOpts{Name: "nodeid_lease_file_write_failures_total",
+		Help: "Failed writes of the lease file; two in a row while held end the tenure like a loss."})
 	m.nodeID.Set(-1)
 	v, c := buildVersion()
 	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{Name: "nodeid_build_info", Help: "Always 1; the labels say which nodeid-init runs.",
 		ConstLabels: prometheus.Labels{"version": v, "commit": c, "goversion": runtime.Version()}})
 	buildInfo.Set(1)
 	m.reg.MustRegister(buildInfo, m.held, m.nodeID, m.version, m.renewals, m.renewalFailures, m.renewLatency,
-		m.acquireAttempts, m.acquireSeconds, m.transitions, m.selfFences, m.noAddress)
+		m.acquireAttempts, m.acquireSeconds, m.transitions, m.selfFences, m.noAddress, m.leaseFileFailures)
 	for _, to := range []string{"held", "lost", "released", "handed-off"} {
 		m.transitions.WithLabelValues(to)
 	}
@@ -103,10 +108,20 @@ func (m *metrics) setPeers(peers []nodeid.Peer) {
 	m.noAddress.Set(float64(n))
 }
 
-// serveHealth serves /healthz (lease valid), /readyz (acquired and ready)
-// and /metrics on addr until ctx ends. It listens before returning, so a
-// bad address is reported at start.
-func serveHealth(ctx context.Context, addr string, m *metrics, p func() *nodeid.Provider, log *slog.Logger) error {
+// Limits of the metrics server: a scraper or health checker needs one or
+// two connections; more must not take the file descriptors the lease file
+// needs (each write opens one).
+const (
+	metricsMaxConns     = 16
+	metricsReadTimeout  = 5 * time.Second
+	metricsWriteTimeout = 10 * time.Second
+	metricsIdleTimeout  = 30 * time.Second
+)
+
+// serveHealth serves /healthz (lease valid and lease file current), /readyz
+// (acquired and ready) and /metrics on addr until ctx ends. It listens before
+// returning, so a bad address is reported at start.
+func serveHealth(ctx context.Context, addr string, m *metrics, p func() *nodeid.Provider, leaseFileOK func() bool, log *slog.Logger) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return usagef("metrics address %s: %v", addr, err)
@@ -123,14 +138,15 @@ func serveHealth(ctx context.Context, addr string, m *metrics, p func() *nodeid.
 	}
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		pr := p()
-		status(pr != nil && pr.Valid(), w)
+		status(pr != nil && pr.Valid() && leaseFileOK(), w)
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		pr := p()
 		status(pr != nil && pr.Ready(), w)
 	})
 	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: metricsReadTimeout, ReadTimeout: metricsReadTimeout,
+		WriteTimeout: metricsWriteTimeout, IdleTimeout: metricsIdleTimeout}
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -138,10 +154,50 @@ func serveHealth(ctx context.Context, addr string, m *metrics, p func() *nodeid.
 		_ = srv.Shutdown(sctx)
 	}()
 	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := srv.Serve(limitListener(ln, metricsMaxConns)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("metrics server stopped", "err", err)
 		}
 	}()
 	log.Info("serving health and metrics", "addr", ln.Addr().String())
 	return nil
+}
+
+// limitListener accepts at most n connections at a time and closes any
+// beyond that at once, so that they hold no file descriptor for longer than
+// an accept (rather than queueing: a flood would then fill the backlog and
+// starve the health checker just the same, but not our file descriptors).
+func limitListener(ln net.Listener, n int) net.Listener {
+	return &limitedListener{Listener: ln, sem: make(chan struct{}, n)}
+}
+
+type limitedListener struct {
+	net.Listener
+	sem chan struct{}
+}
+
+func (l *limitedListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		select {
+		case l.sem <- struct{}{}:
+			return &limitedConn{Conn: c, release: func() { <-l.sem }}, nil
+		default:
+			c.Close()
+		}
+	}
+}
+
+type limitedConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *limitedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
 }

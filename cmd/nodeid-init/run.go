@@ -33,7 +33,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return usagef("command %q: %v", rest[0], errors.Unwrap(err))
 	}
 	if s.leaseFile == "" {
-		s.leaseFile = defaultLeaseFile()
+		if s.leaseFile, err = defaultLeaseFile(); err != nil {
+			return err
+		}
 	}
 	if err := checkWritableFile("lease file", s.leaseFile); err != nil {
 		return err
@@ -93,6 +95,12 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		return err
 	}
+	// The broker fences itself by the lease file: never start it on a
+	// lease it cannot see. Nothing ran, so the lease is given back.
+	if err := sess.leaseFileError(); err != nil {
+		sess.giveBack(false)
+		return fmt.Errorf("the command was not started: cannot write the lease file: %w", err)
+	}
 	release := func() {
 		cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer ccancel()
@@ -136,12 +144,19 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		sess.giveBack(true)
 		return nil
 	}
+	if err := sess.leaseFileError(); err != nil {
+		sess.giveBack(true)
+		return fmt.Errorf("the command was not started: cannot write the lease file: %w", err)
+	}
 	go sess.followPeers(ctx, s.peersFile, peers)
 
 	// As a subreaper, run inherits whatever the command orphans, so it can
 	// kill and reap all of it before a release (see stop_linux.go).
 	if err := becomeSubreaper(); err != nil {
 		sess.log.Warn("cannot become a child subreaper; processes that leave the command's process group are not tracked", "err", err)
+	}
+	if !procIsOurs() {
+		sess.log.Warn("/proc is not this PID namespace's: the processes the command leaves cannot be found, so its lease will be left to expire instead of released", "err", errForeignProc)
 	}
 	// PDEATHSIG reaches the command only; the rest of its tree dies with
 	// nodeid-init only when the kernel tears down the PID namespace.
@@ -245,9 +260,10 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			if forwarded != 0 && code == 128+int(forwarded) {
 				code = 0 // it died of the signal we forwarded: a clean stop
 			}
-			if lerr := p.Err(); errors.Is(lerr, nodeid.ErrLeaseLost) {
+			if lerr := sess.lossErr(); lerr != nil {
 				// The broker saw the loss in the lease file and stopped just
-				// before our SIGKILL reached it.
+				// before our SIGKILL reached it, or the SIGKILL of a fence
+				// (lease file not writable) reached it before sess.lost.
 				return lost(lerr)
 			}
 			sess.log.Info("command exited", "node_id", inst.ID, "version", int64(inst.Version), "exit_code", childExitCode(werr), "after_signal", forwarded != 0)
@@ -257,7 +273,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			if err == nil {
 				err = syncData(dataDir)
 			}
-			if lerr := p.Err(); errors.Is(lerr, nodeid.ErrLeaseLost) {
+			if lerr := sess.lossErr(); lerr != nil {
 				return lost(lerr)
 			}
 			if err != nil {

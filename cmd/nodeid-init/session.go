@@ -36,6 +36,13 @@ type session struct {
 	mu     sync.Mutex
 	onLost []func(error) // run before the loss is reported, e.g. kill the child
 	lost   chan error
+
+	// leaseFileErr is the error of the last lease-file write (nil after a
+	// success); leaseFileFails counts failed writes in a row. fenced is set
+	// when they ended the tenure (see handleEvent).
+	leaseFileErr   error
+	leaseFileFails int
+	fenced         error
 }
 
 // leaseOptions are the settings of commands that take a lease.
@@ -63,7 +70,7 @@ func newSession(ctx context.Context, s *settings, stderr io.Writer) (*session, e
 	}
 	sess := &session{s: s, cfg: cfg, log: log, metrics: newMetrics(), lost: make(chan error, 1)}
 	if s.metricsAddr != "" {
-		if err := serveHealth(ctx, s.metricsAddr, sess.metrics, sess.currentProvider, log); err != nil {
+		if err := serveHealth(ctx, s.metricsAddr, sess.metrics, sess.currentProvider, sess.leaseFileOK, log); err != nil {
 			return nil, err
 		}
 	}
@@ -148,9 +155,72 @@ func (sess *session) handleEvent(e nodeid.Event) {
 	default:
 		return
 	}
-	if err := leasefile.Write(sess.leaseFile, l); err != nil {
-		sess.log.Error("cannot update the lease file", "path", sess.leaseFile, "err", err)
+	err := writeLeaseFile(sess.leaseFile, l)
+	sess.mu.Lock()
+	sess.leaseFileErr = err
+	fails := 0
+	if err != nil {
+		sess.leaseFileFails++
+		fails = sess.leaseFileFails
+	} else {
+		sess.leaseFileFails = 0
 	}
+	sess.mu.Unlock()
+	if err == nil {
+		return
+	}
+	sess.metrics.leaseFileFailures.Inc()
+	sess.log.Error("cannot update the lease file; /healthz fails until it can", "path", sess.leaseFile, "failed_writes_in_a_row", fails, "err", err)
+	if l.State == leasefile.StateHeld && fails >= 2 {
+		// The broker reads a deadline that is no longer extended: it stops
+		// writing when it passes, while we would keep the lease. End the
+		// tenure like a loss instead, so the ID fails over.
+		ferr := &nodeid.LostError{Instance: e.Instance, Err: err,
+			Reason: fmt.Sprintf("the lease file could not be written %d times in a row", fails)}
+		sess.mu.Lock()
+		first := sess.fenced == nil
+		if first {
+			sess.fenced = ferr
+		}
+		sess.mu.Unlock()
+		if first {
+			go sess.handleLost(ferr)
+		}
+	}
+}
+
+// writeLeaseFile is leasefile.Write, or a failure when the test-only
+// NODEID_TEST_LEASE_FILE_FAIL is set.
+func writeLeaseFile(path string, l leasefile.Lease) error {
+	if os.Getenv("NODEID_TEST_LEASE_FILE_FAIL") != "" {
+		return fmt.Errorf("lease file: test failure (NODEID_TEST_LEASE_FILE_FAIL)")
+	}
+	return leasefile.Write(path, l)
+}
+
+// leaseFileOK reports whether the last lease-file write, if any, succeeded.
+func (sess *session) leaseFileOK() bool {
+	sess.mu.Lock()
+	defer sess.mu.Unlock()
+	return sess.leaseFileErr == nil
+}
+
+// leaseFileError is the error of the last lease-file write.
+func (sess *session) leaseFileError() error {
+	sess.mu.Lock()
+	defer sess.mu.Unlock()
+	return sess.leaseFileErr
+}
+
+// lossErr is the reason the tenure ended like a loss, or nil: the lease was
+// lost, or the lease file could not be kept current.
+func (sess *session) lossErr() error {
+	if err := sess.provider.Err(); errors.Is(err, nodeid.ErrLeaseLost) {
+		return err
+	}
+	sess.mu.Lock()
+	defer sess.mu.Unlock()
+	return sess.fenced
 }
 
 // prepareDataDir prepares node-N/vK when a data root is set. It is
@@ -287,7 +357,17 @@ func (sess *session) nodeEnv(inst nodeid.NodeInstance, dataDir string) []string 
 }
 
 // defaultLeaseFile is per process: two supervisors on one host must never
-// share a lease file, or one broker could read the other's valid lease.
-func defaultLeaseFile() string {
-	return filepath.Join(os.TempDir(), fmt.Sprintf("nodeid-lease-%d.json", os.Getpid()))
+// share a lease file, or one broker could read the other's valid lease. It
+// lies in a new directory of $TMPDIR with an unpredictable name (mode 0755:
+// a broker that dropped privileges still reads it), so nobody else on a
+// shared /tmp can plant a file or a symlink at its path beforehand.
+func defaultLeaseFile() (string, error) {
+	dir, err := os.MkdirTemp("", "nodeid-")
+	if err == nil {
+		err = os.Chmod(dir, 0o755)
+	}
+	if err != nil {
+		return "", usagef("lease file: cannot create its directory in %s: %v", os.TempDir(), err)
+	}
+	return filepath.Join(dir, "lease.json"), nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -60,7 +62,25 @@ func (p proc) dead() bool {
 
 func (p proc) String() string { return fmt.Sprintf("%d(%c)", p.pid, p.state) }
 
+// errForeignProc: /proc was mounted for another PID namespace (e.g.
+// `unshare --pid` without --mount-proc): its pids are not ours, and killing
+// by them would hit the wrong processes or none.
+var errForeignProc = errors.New("/proc belongs to another PID namespace (mount a new proc file system in this one)")
+
+// procIsOurs reports whether /proc shows this process under its own pid.
+func procIsOurs() bool {
+	b, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		return false
+	}
+	p, ok := parseStat(b)
+	return ok && p.pid == os.Getpid()
+}
+
 func readProcs() ([]proc, error) {
+	if !procIsOurs() {
+		return nil, errForeignProc
+	}
 	d, err := os.Open("/proc")
 	if err != nil {
 		return nil, err
@@ -144,34 +164,67 @@ func leftovers(procs []proc, self, pgid int) []proc {
 	return out
 }
 
-// reapZombies reaps our zombie children except keep (the command, which
-// exec.Cmd.Wait reaps).
-func reapZombies(procs []proc, self, keep int) {
-	for _, p := range procs {
-		if p.ppid == self && p.pid != keep && p.dead() {
-			var ws unix.WaitStatus
-			_, _ = unix.Wait4(p.pid, &ws, unix.WNOHANG, nil)
+// reapZombies reaps every zombie child of this process except keep (the
+// command, which exec.Cmd.Wait reaps), and reports whether keep was seen
+// dead (it may hide others until Wait has reaped it).
+//
+// It asks the kernel, not /proc: under `unshare --pid` without a fresh
+// /proc mount, /proc shows the pids of another namespace, and no entry
+// there has our pid as its parent. waitid(WNOWAIT) names a dead child
+// without reaping it, so keep's status stays for Wait.
+func reapZombies(keep int) (keepDead bool) {
+	for {
+		var info unix.Siginfo
+		err := unix.Waitid(unix.P_ALL, 0, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		pid := siginfoPid(&info)
+		if err != nil || pid == 0 {
+			return false // no child, or none dead
+		}
+		if pid == keep {
+			return true
+		}
+		var ws unix.WaitStatus
+		if _, err := unix.Wait4(pid, &ws, unix.WNOHANG, nil); err != nil && err != unix.EINTR {
+			return false
 		}
 	}
 }
 
+// siginfoPid is si_pid of a SIGCHLD siginfo: after three int32s, in a union
+// aligned like a pointer.
+func siginfoPid(info *unix.Siginfo) int {
+	off := uintptr(12)
+	if unsafe.Sizeof(uintptr(0)) == 8 {
+		off = 16
+	}
+	return int(*(*int32)(unsafe.Add(unsafe.Pointer(info), off)))
+}
+
 // reapOrphans reaps, while the command runs, the orphans reparented to this
-// subreaper, so their zombies do not pile up. It returns a function that
-// stops it.
+// subreaper (or PID 1), so their zombies do not pile up. It returns a
+// function that stops it.
 func reapOrphans(leader int) (stop func()) {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGCHLD)
 	done, finished := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(finished)
+		var retry <-chan time.Time
 		for {
+			// A dead leader hides the others until Wait reaps it: look
+			// again shortly. SIGCHLDs coalesce, so each look reaps all.
+			retry = nil
+			if reapZombies(leader) {
+				retry = time.After(50 * time.Millisecond)
+			}
 			select {
 			case <-done:
 				return
 			case <-sigs:
-			}
-			if procs, err := readProcs(); err == nil {
-				reapZombies(procs, os.Getpid(), leader)
+			case <-retry:
 			}
 		}
 	}()
@@ -216,6 +269,7 @@ func killLeftovers(pgid int, timeout time.Duration) (int, error) {
 	pause := 5 * time.Millisecond
 	found, quiet := -1, 0
 	for {
+		_ = syscall.Kill(-pgid, syscall.SIGKILL) // whatever /proc says
 		procs, err := readProcs()
 		if err != nil {
 			return found, fmt.Errorf("cannot list processes: %w", err)
@@ -228,7 +282,7 @@ func killLeftovers(pgid int, timeout time.Duration) (int, error) {
 		for _, p := range left {
 			_ = syscall.Kill(p.pid, syscall.SIGKILL)
 		}
-		reapZombies(procs, self, pgid)
+		reapZombies(pgid)
 		if len(left) == 0 {
 			// Look twice: one pass over /proc is not atomic, and a process
 			// read before its parent died may have been missed.
