@@ -407,10 +407,34 @@ func (t *tree) copyFile(src, dst *os.File, name, rel string) (err error) {
 	if _, err := io.Copy(df, sf); err != nil {
 		return err
 	}
-	if err := unix.Fchmod(dfd, uint32(st.Mode&0o7777)); err != nil {
+	mode, err := copyMode(dfd, &st)
+	if err != nil {
+		return &os.PathError{Op: "fstat", Path: df.Name(), Err: err}
+	}
+	if err := unix.Fchmod(dfd, mode); err != nil {
 		return &os.PathError{Op: "fchmod", Path: df.Name(), Err: err}
 	}
 	return setTimes(dst, name, &st)
+}
+
+// copyMode is the mode a copy (fd) of the source file st gets: the
+// source's, without setuid, setgid and sticky if the copy's owner or group
+// differs from the source's. Copies are owned by the copier, and a setuid
+// program of another user must not become one of ours (as chown(2) and
+// cp -p drop these bits too).
+func copyMode(fd int, st *unix.Stat_t) (uint32, error) {
+	mode := st.Mode & 0o7777
+	if mode&(unix.S_ISUID|unix.S_ISGID|unix.S_ISVTX) == 0 {
+		return mode, nil
+	}
+	var cst unix.Stat_t
+	if err := unix.Fstat(fd, &cst); err != nil {
+		return 0, err
+	}
+	if cst.Uid != st.Uid || cst.Gid != st.Gid {
+		mode &^= unix.S_ISUID | unix.S_ISGID | unix.S_ISVTX
+	}
+	return mode, nil
 }
 
 // link hard-links the source file into the target. linkat without
