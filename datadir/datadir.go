@@ -985,6 +985,9 @@ func takenOver(node *os.File, name string, dst *os.File, ours *unix.Stat_t, tenu
 // point leaves a directory that is valid (a complete copy) or ours, never one
 // that is half-deleted yet unrecognisable.
 func removeValid(node *os.File, e entry, c Cluster) error {
+	if err := makeWritable(e.dir); err != nil {
+		return err
+	}
 	if err := writeInProgress(e.dir, e.v, c, "", true); err != nil {
 		return err
 	}
@@ -1025,6 +1028,9 @@ func removeUnfinished(node *os.File, e entry) error {
 // ours, or empty. It works below the directory inspect judged (e.dir), never
 // by path, and follows no symlink.
 func removeLeftover(node *os.File, e entry) error {
+	if err := makeWritable(e.dir); err != nil {
+		return err
+	}
 	names, err := readDirNames(e.dir)
 	if err != nil {
 		return err
