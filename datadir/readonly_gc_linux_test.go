@@ -2,6 +2,7 @@ package datadir
 
 import (
 	"context"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"testing"
@@ -20,6 +21,15 @@ func TestReadOnlySubdirectoriesAreCollected(t *testing.T) {
 	if err := os.Mkdir(root, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// v3's copy keeps the read-only directory: let TempDir's cleanup in.
+	t.Cleanup(func() {
+		filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				os.Chmod(p, 0o755)
+			}
+			return nil
+		})
+	})
 	v1 := makeVersion(t, root, 0, 1, map[string]string{"ro/a": "1", "zero/sub/b": "2"}, 1)
 	v2 := makeVersion(t, root, 0, 2, map[string]string{"ro/a": "1", "ro/deeper/c": "3"}, 2)
 	for _, c := range []struct {
