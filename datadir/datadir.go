@@ -380,6 +380,13 @@ func Prepare(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 		}
 		defer node.Close()
 	}
+	var pre []string // removed before preparing
+	if !claim {
+		// Space held by our unfinished directories below the target (an
+		// attempt that failed and could not clean up, a crash) could make
+		// this copy fail too: GC would only remove them after it succeeded.
+		pre = removeLeftoversBelow(node.f, nodePath, inst.Version, cfg.cluster, log)
+	}
 	var res Result
 	if p.target.st == stateLeftover || p.target.st == stateEmpty || p.target.st == stateNoData {
 		log.Warn("datadir: removing leftovers of an interrupted preparation", "dir", dir)
@@ -422,6 +429,15 @@ func Prepare(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 		}
 		if why := takenOver(node.f, target, dst, ours, cfg.tenure, markerStart); why != "" {
 			err = fmt.Errorf("%w: %s %s, by another holder of this version: %w", ErrVersionUsed, dir, why, err)
+			return
+		}
+		// Positively ours and unfinished: remove it, so that a failed
+		// attempt (ENOSPC, an unreadable file) does not hold space or pile
+		// up. What cannot be removed now, the next Prepare or GC removes.
+		if rerr := removeFailedTarget(node.f, target, inst.Version, cfg.cluster, dst, ours); rerr != nil {
+			log.Warn("datadir: could not remove the failed target; the next preparation removes it", "dir", dir, "error", rerr)
+		} else {
+			log.Warn("datadir: removed the failed target", "dir", dir, "error", err)
 		}
 	}()
 	if testHookAfterMkdir != nil {
@@ -534,7 +550,13 @@ func Prepare(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 		log.Info("datadir: garbage collection skipped until the next preparation: this one claimed the data root", "root", root)
 	} else {
 		removed, err := collect(ctx, node.f, nodePath, inst.Version, cfg.keep, cfg.cluster, log)
-		res.Removed = removed
+		// Newest first, as collect lists them.
+		res.Removed = append(pre, removed...)
+		slices.SortStableFunc(res.Removed, func(a, b string) int {
+			va, _ := parseVersionDirName(filepath.Base(a))
+			vb, _ := parseVersionDirName(filepath.Base(b))
+			return cmp.Compare(vb, va)
+		})
 		if err != nil {
 			log.Warn("datadir: garbage collection failed", "err", err)
 		}
@@ -985,6 +1007,9 @@ func takenOver(node *os.File, name string, dst *os.File, ours *unix.Stat_t, tenu
 // point leaves a directory that is valid (a complete copy) or ours, never one
 // that is half-deleted yet unrecognisable.
 func removeValid(node *os.File, e entry, c Cluster) error {
+	if err := makeWritable(e.dir); err != nil {
+		return err
+	}
 	if err := writeInProgress(e.dir, e.v, c, "", true); err != nil {
 		return err
 	}
@@ -1025,6 +1050,9 @@ func removeUnfinished(node *os.File, e entry) error {
 // ours, or empty. It works below the directory inspect judged (e.dir), never
 // by path, and follows no symlink.
 func removeLeftover(node *os.File, e entry) error {
+	if err := makeWritable(e.dir); err != nil {
+		return err
+	}
 	names, err := readDirNames(e.dir)
 	if err != nil {
 		return err
@@ -1041,4 +1069,70 @@ func removeLeftover(node *os.File, e entry) error {
 		return err
 	}
 	return rmdirAt(node, e.name, e.dir)
+}
+
+// removeFailedTarget removes the target name of node after a failed
+// preparation, if it is positively ours: still the directory dst that
+// Prepare made, without a valid marker, and holding the in-progress file
+// ours that Prepare wrote. ours nil (no in-progress file yet) removes it
+// only if it is empty (rmdir).
+func removeFailedTarget(node *os.File, name string, v nodeid.Version, c Cluster, dst *os.File, ours *unix.Stat_t) error {
+	if ours == nil {
+		return rmdirAt(node, name, dst)
+	}
+	e, err := inspect(node, name, v, c)
+	if err != nil {
+		return err
+	}
+	defer e.close()
+	if e.st != stateLeftover {
+		return fmt.Errorf("%s is no longer our unfinished directory (%s); left in place", name, e.why)
+	}
+	var got, want, ip unix.Stat_t
+	if err := unix.Fstat(int(e.dir.Fd()), &got); err != nil {
+		return err
+	}
+	if err := unix.Fstat(int(dst.Fd()), &want); err != nil {
+		return err
+	}
+	if err := fstatat(int(e.dir.Fd()), PreparingName, &ip); err != nil {
+		return err
+	}
+	if got.Dev != want.Dev || got.Ino != want.Ino || ip.Dev != ours.Dev || ip.Ino != ours.Ino {
+		return fmt.Errorf("%s is no longer the directory this preparation made; left in place", name)
+	}
+	return removeLeftover(node, e)
+}
+
+// removeLeftoversBelow removes the unfinished directories of this cluster
+// (our leftovers, empty ones, ones with only an in-progress file) below
+// version k, as GC would after the preparation: their tenure is over.
+// Errors are logged: what is left, GC tries again.
+func removeLeftoversBelow(node *os.File, nodePath string, k nodeid.Version, c Cluster, log *slog.Logger) (removed []string) {
+	vs, err := versionDirs(node)
+	if err != nil {
+		log.Warn("datadir: listing leftovers", "dir", nodePath, "error", err)
+		return nil
+	}
+	for _, v := range vs {
+		if v >= k {
+			continue
+		}
+		name := versionDirName(v)
+		e, err := inspect(node, name, v, c)
+		if err != nil {
+			log.Warn("datadir: judging a leftover", "dir", filepath.Join(nodePath, name), "error", err)
+			continue
+		}
+		if e.st == stateLeftover || e.st == stateEmpty || e.st == stateNoData {
+			if err := removeUnfinished(node, e); err != nil {
+				log.Warn("datadir: removing a leftover", "dir", filepath.Join(nodePath, name), "error", err)
+			} else {
+				log.Info("datadir: removed a leftover before preparing", "dir", filepath.Join(nodePath, name))
+				removed = append(removed, filepath.Join(nodePath, name))
+			}
+		}
+		e.close()
+	}
+	return removed
 }

@@ -198,7 +198,7 @@ func removeAllAt(dir *os.File, name string) error {
 		}
 		return nil
 	}
-	sub, err := openDirAt(dir, name)
+	sub, err := openDirForRemoval(dir, name)
 	if err != nil {
 		return err
 	}
@@ -247,6 +247,69 @@ func rmdirAt(parent *os.File, name string, d *os.File) error {
 	}
 	if err := unix.Unlinkat(int(parent.Fd()), name, unix.AT_REMOVEDIR); err != nil {
 		return &os.PathError{Op: "rmdir", Path: path.Join(parent.Name(), name), Err: err}
+	}
+	return nil
+}
+
+// openDirForRemoval opens the directory name in dir, which is being removed
+// (so positively ours), without following a symlink, and makes it
+// readable, writable and searchable by its owner, so that its entries can
+// be removed: a read-only directory copied from a source (or made by the
+// application) would otherwise keep a version from being collected for
+// good. A directory we cannot even open (mode 0) is opened with O_PATH and
+// changed through /proc/self/fd, which names that inode and no other.
+func openDirForRemoval(dir *os.File, name string) (*os.File, error) {
+	d, err := openDirAt(dir, name)
+	if errors.Is(err, unix.EACCES) {
+		fd, perr := unix.Openat(int(dir.Fd()), name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if perr != nil {
+			return nil, err
+		}
+		var st unix.Stat_t
+		if perr = unix.Fstat(fd, &st); perr == nil {
+			perr = unix.Chmod(fmt.Sprintf("/proc/self/fd/%d", fd), st.Mode&0o7777|0o700)
+		}
+		if perr != nil {
+			unix.Close(fd)
+			return nil, err
+		}
+		d, err = openDirAt(dir, name)
+		if err == nil {
+			var got unix.Stat_t
+			if err = unix.Fstat(int(d.Fd()), &got); err == nil && (got.Dev != st.Dev || got.Ino != st.Ino) {
+				err = fmt.Errorf("%s was replaced while it was being removed", path.Join(dir.Name(), name))
+			}
+			if err != nil {
+				d.Close()
+			}
+		}
+		unix.Close(fd)
+		if err != nil {
+			return nil, err
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := makeWritable(d); err != nil {
+		d.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// makeWritable adds u+rwx to the directory d if it lacks any of them, with
+// fchmod on its descriptor. It is for directories being removed only.
+func makeWritable(d *os.File) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(d.Fd()), &st); err != nil {
+		return &os.PathError{Op: "fstat", Path: d.Name(), Err: err}
+	}
+	if st.Mode&0o700 == 0o700 {
+		return nil
+	}
+	if err := unix.Fchmod(int(d.Fd()), st.Mode&0o7777|0o700); err != nil {
+		return &os.PathError{Op: "fchmod", Path: d.Name(), Err: err}
 	}
 	return nil
 }

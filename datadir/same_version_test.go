@@ -291,6 +291,14 @@ func TestAnotherHolderInOurNewTargetIsVersionUsed(t *testing.T) {
 			if got := errors.Is(err, ErrVersionUsed); got != tc.typed {
 				t.Errorf("err = %v; ErrVersionUsed = %v, want %v", err, got, tc.typed)
 			}
+			// A failed target is removed only if it is positively ours,
+			// never once another holder has it.
+			if tc.typed && !exists(t, dir) {
+				t.Error("another holder's target was removed")
+			}
+			if !tc.typed && exists(t, dir) {
+				t.Error("our failed target stayed")
+			}
 		})
 	}
 }

@@ -403,14 +403,40 @@ func (t *tree) copyFile(src, dst *os.File, name, rel string) (err error) {
 	}()
 	t.filesCopied.Add(1)
 	t.bytesCopied.Add(st.Size)
-	// No buffer: io.Copy then uses df.ReadFrom, i.e. copy_file_range.
-	if _, err := io.Copy(df, sf); err != nil {
+	if err := copyData(df, sf); err != nil {
 		return err
 	}
-	if err := unix.Fchmod(dfd, uint32(st.Mode&0o7777)); err != nil {
+	if err := copyXattrs(sfd, dfd); err != nil {
+		return fmt.Errorf("%s: %w", rel, err)
+	}
+	mode, err := copyMode(dfd, &st)
+	if err != nil {
+		return &os.PathError{Op: "fstat", Path: df.Name(), Err: err}
+	}
+	if err := unix.Fchmod(dfd, mode); err != nil {
 		return &os.PathError{Op: "fchmod", Path: df.Name(), Err: err}
 	}
 	return setTimes(dst, name, &st)
+}
+
+// copyMode is the mode a copy (fd) of the source file st gets: the
+// source's, without setuid, setgid and sticky if the copy's owner or group
+// differs from the source's. Copies are owned by the copier, and a setuid
+// program of another user must not become one of ours (as chown(2) and
+// cp -p drop these bits too).
+func copyMode(fd int, st *unix.Stat_t) (uint32, error) {
+	mode := st.Mode & 0o7777
+	if mode&(unix.S_ISUID|unix.S_ISGID|unix.S_ISVTX) == 0 {
+		return mode, nil
+	}
+	var cst unix.Stat_t
+	if err := unix.Fstat(fd, &cst); err != nil {
+		return 0, err
+	}
+	if cst.Uid != st.Uid || cst.Gid != st.Gid {
+		mode &^= unix.S_ISUID | unix.S_ISGID | unix.S_ISVTX
+	}
+	return mode, nil
 }
 
 // link hard-links the source file into the target. linkat without
@@ -792,4 +818,162 @@ func openFileAt(dir *os.File, name string) (*os.File, error) {
 		return nil, &os.PathError{Op: "openat", Path: path.Join(dir.Name(), name), Err: err}
 	}
 	return os.NewFile(uintptr(fd), path.Join(dir.Name(), name)), nil
+}
+
+// copyData copies the regular file sf into the new, empty file df,
+// keeping its holes: only the data segments (SEEK_DATA, SEEK_HOLE) are
+// copied, with copy_file_range(2), and the size is set at the end. A file
+// system without SEEK_DATA is copied whole, with io.Copy (which ends in
+// copy_file_range too).
+func copyData(df, sf *os.File) error {
+	sfd, dfd := int(sf.Fd()), int(df.Fd())
+	var off int64
+	for {
+		data, err := unix.Seek(sfd, off, unix.SEEK_DATA)
+		switch {
+		case err == unix.ENXIO:
+			// No data from off on: the rest, if any, is a hole.
+			end, err := unix.Seek(sfd, 0, io.SeekEnd)
+			if err != nil {
+				return &os.PathError{Op: "lseek", Path: sf.Name(), Err: err}
+			}
+			if err := unix.Ftruncate(dfd, max(end, off)); err != nil {
+				return &os.PathError{Op: "ftruncate", Path: df.Name(), Err: err}
+			}
+			return nil
+		case err == unix.EINVAL && off == 0:
+			// SEEK_DATA not supported: copy it all.
+			if _, err := unix.Seek(sfd, 0, io.SeekStart); err != nil {
+				return &os.PathError{Op: "lseek", Path: sf.Name(), Err: err}
+			}
+			// No buffer: io.Copy then uses df.ReadFrom, i.e. copy_file_range.
+			_, err := io.Copy(df, sf)
+			return err
+		case err != nil:
+			return &os.PathError{Op: "lseek", Path: sf.Name(), Err: err}
+		}
+		hole, err := unix.Seek(sfd, data, unix.SEEK_HOLE)
+		if err != nil {
+			return &os.PathError{Op: "lseek", Path: sf.Name(), Err: err}
+		}
+		if off, err = copyRange(df, sf, data, hole); err != nil {
+			return err
+		}
+		if off < hole {
+			// The file shrank under us: end it there (validation
+			// compares sizes).
+			return unix.Ftruncate(dfd, off)
+		}
+	}
+}
+
+// copyRange copies [from, to) of sf to the same offsets of df, with
+// copy_file_range(2), or pread/pwrite where the kernel refuses it. It
+// returns where it stopped: before to only at the end of the source.
+func copyRange(df, sf *os.File, from, to int64) (int64, error) {
+	roff, woff := from, from
+	for roff < to {
+		n, err := unix.CopyFileRange(int(sf.Fd()), &roff, int(df.Fd()), &woff, int(min(to-roff, 1<<30)), 0)
+		switch {
+		case err == unix.EXDEV || err == unix.ENOSYS || err == unix.EOPNOTSUPP || err == unix.EINVAL:
+			return copyRangeRW(df, sf, roff, to)
+		case err != nil:
+			return roff, &os.PathError{Op: "copy_file_range", Path: df.Name(), Err: err}
+		case n == 0:
+			return roff, nil
+		}
+	}
+	return roff, nil
+}
+
+func copyRangeRW(df, sf *os.File, off, to int64) (int64, error) {
+	buf := make([]byte, min(to-off, 1<<20))
+	for off < to {
+		n, err := sf.ReadAt(buf[:min(to-off, int64(len(buf)))], off)
+		if n > 0 {
+			if _, werr := df.WriteAt(buf[:n], off); werr != nil {
+				return off, werr
+			}
+			off += int64(n)
+		}
+		if err == io.EOF {
+			return off, nil
+		}
+		if err != nil {
+			return off, err
+		}
+	}
+	return off, nil
+}
+
+// copyXattrs copies the user.* extended attributes of the file sfd to
+// dfd. Other namespaces are not ours to copy: security.* and trusted.*
+// need privileges and belong to the system, system.* (ACLs) follow the
+// mode we set. A file system without extended attributes has none.
+func copyXattrs(sfd, dfd int) error {
+	names, err := listXattrs(sfd)
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		if !strings.HasPrefix(name, "user.") {
+			continue
+		}
+		val, err := getXattr(sfd, name)
+		if err == unix.ENODATA {
+			continue // removed meanwhile
+		}
+		if err != nil {
+			return fmt.Errorf("fgetxattr %s: %w", name, err)
+		}
+		if err := unix.Fsetxattr(dfd, name, val, 0); err != nil {
+			return fmt.Errorf("fsetxattr %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+func listXattrs(fd int) ([]string, error) {
+	for {
+		n, err := unix.Flistxattr(fd, nil)
+		if err == unix.ENOTSUP || n == 0 && err == nil {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("flistxattr: %w", err)
+		}
+		buf := make([]byte, n)
+		m, err := unix.Flistxattr(fd, buf)
+		if err == unix.ERANGE {
+			continue // grew meanwhile
+		}
+		if err != nil {
+			return nil, fmt.Errorf("flistxattr: %w", err)
+		}
+		var names []string
+		for _, b := range bytes.Split(buf[:m], []byte{0}) {
+			if len(b) > 0 {
+				names = append(names, string(b))
+			}
+		}
+		return names, nil
+	}
+}
+
+func getXattr(fd int, name string) ([]byte, error) {
+	for {
+		n, err := unix.Fgetxattr(fd, name, nil)
+		if err != nil {
+			return nil, err
+		}
+		buf := make([]byte, n)
+		m, err := unix.Fgetxattr(fd, name, buf)
+		if err == unix.ERANGE {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		return buf[:m], nil
+	}
 }

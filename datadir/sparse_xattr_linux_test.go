@@ -1,0 +1,74 @@
+package datadir
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// A copied sparse file keeps its holes (issue 19, item 4): a 16 MiB file
+// with 8 KiB of data, in the middle and none at the end, stays a few
+// blocks, with the same size and content.
+func TestSparseFilesStaySparse(t *testing.T) {
+	root := t.TempDir()
+	src := makeVersion(t, root, 0, 1, nil, 1)
+	p := filepath.Join(src, "sparse")
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := bytes.Repeat([]byte("d"), 4096)
+	for _, off := range []int64{0, 8 << 20} {
+		if _, err := f.WriteAt(data, off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Truncate(16 << 20); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	var sst syscall.Stat_t
+	if err := syscall.Stat(p, &sst); err != nil {
+		t.Fatal(err)
+	}
+	if sst.Blocks*512 >= 1<<20 {
+		t.Skipf("the source is not sparse on this file system (%d bytes allocated)", sst.Blocks*512)
+	}
+	dir, res := mustPrepare(t, root, inst(0, 2), Options{VerifyContent: true})
+	if res.FilesCopied != 1 {
+		t.Fatalf("FilesCopied = %d, want 1", res.FilesCopied)
+	}
+	var dst syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(dir, "sparse"), &dst); err != nil {
+		t.Fatal(err)
+	}
+	if dst.Size != 16<<20 {
+		t.Errorf("size %d, want %d", dst.Size, 16<<20)
+	}
+	if dst.Blocks > sst.Blocks {
+		t.Errorf("copy has %d bytes allocated, the source %d: holes filled", dst.Blocks*512, sst.Blocks*512)
+	}
+}
+
+// A copied file keeps its user.* extended attributes (issue 19, item 4).
+func TestUserXattrsAreCopied(t *testing.T) {
+	root := t.TempDir()
+	src := makeVersion(t, root, 0, 1, map[string]string{"a": "1"}, 1)
+	p := filepath.Join(src, "a")
+	if err := unix.Setxattr(p, "user.nodeid.test", []byte("value"), 0); err != nil {
+		t.Skipf("no user xattrs here: %v", err)
+	}
+	dir, res := mustPrepare(t, root, inst(0, 2), Options{})
+	if res.FilesCopied != 1 {
+		t.Fatalf("FilesCopied = %d, want 1", res.FilesCopied)
+	}
+	buf := make([]byte, 64)
+	n, err := unix.Getxattr(filepath.Join(dir, "a"), "user.nodeid.test", buf)
+	if err != nil || string(buf[:n]) != "value" {
+		t.Errorf("user.nodeid.test on the copy = %q, %v; want \"value\"", buf[:max(n, 0)], err)
+	}
+}
