@@ -536,8 +536,17 @@ func Prepare(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 			return "", Result{}, err
 		}
 	}
-	// Valid now whatever happens to this file: a leftover copy is ignored.
-	if err := unlinkAt(dst, PreparingName); err != nil {
+	// Exactly one unlink of the in-progress file succeeds: ours, and the
+	// directory is valid; or that of a later tenure's cleanup, which judged
+	// it a leftover (our lease is over) and now owns its removal. Then the
+	// marker must not stay over a directory being deleted.
+	switch err := unlinkAt(dst, PreparingName); {
+	case errors.Is(err, fs.ErrNotExist):
+		if rerr := unmark(dst); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+			log.Warn("datadir: cannot remove the marker of a directory taken for removal", "dir", dir, "err", rerr)
+		}
+		return "", Result{}, fmt.Errorf("%w: %s was taken for removal by a later tenure's cleanup while it was completed", ErrVersionUsed, dir)
+	case err != nil:
 		log.Warn("datadir: cannot remove the in-progress file", "dir", dir, "err", err)
 	}
 
@@ -1053,23 +1062,40 @@ func removeLeftover(node *os.File, e entry) error {
 	if err := makeWritable(e.dir); err != nil {
 		return err
 	}
+	// The in-progress file goes first: its preparer, if still at work,
+	// unlinks it too when it completes, and exactly one unlink succeeds.
+	// Losing means the directory was completed meanwhile: nothing of it is
+	// touched. Winning, the marker (the preparer may have written it) goes
+	// next, durably, so no marker ever vouches for a directory being
+	// emptied. A crash after the first unlink leaves a directory that is
+	// valid and whole, or neither marked nor ours: left for an operator.
+	if err := unlinkAt(e.dir, PreparingName); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("%s/%s: %w", e.dir.Name(), PreparingName, errCompletedMeanwhile)
+		}
+		return err
+	}
+	if err := unlinkAt(e.dir, MarkerName); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if err := e.dir.Sync(); err != nil {
+		return err
+	}
 	names, err := readDirNames(e.dir)
 	if err != nil {
 		return err
 	}
 	for _, n := range names {
-		if n == PreparingName {
-			continue
-		}
 		if err := removeAllAt(e.dir, n); err != nil {
 			return err
 		}
 	}
-	if err := unlinkAt(e.dir, PreparingName); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
-	}
 	return rmdirAt(node, e.name, e.dir)
 }
+
+// errCompletedMeanwhile: a directory judged a leftover was completed by its
+// preparer before the removal could claim it; it is left in place.
+var errCompletedMeanwhile = errors.New("completed by its preparer meanwhile; left in place")
 
 // removeFailedTarget removes the target name of node after a failed
 // preparation, if it is positively ours: still the directory dst that

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"sync"
 	"syscall"
@@ -36,6 +37,18 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if s.leaseFile, err = defaultLeaseFile(); err != nil {
 			return err
 		}
+		// Ours alone: removed on the way out with what run left in it
+		// (the lease and peers files), also when a later check refuses
+		// the configuration, so restarts leave nothing in $TMPDIR.
+		dir := filepath.Dir(s.leaseFile)
+		defer func() {
+			for _, f := range []string{s.leaseFile, s.peersFile} {
+				if filepath.Dir(f) == dir {
+					_ = os.Remove(f)
+				}
+			}
+			_ = os.Remove(dir) // only if empty: anything else stays
+		}()
 	}
 	if err := checkWritableFile("lease file", s.leaseFile); err != nil {
 		return err
