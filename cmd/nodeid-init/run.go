@@ -157,6 +157,11 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		sess.giveBack(true)
 		return nil
 	}
+	if lerr := sess.lossErr(); lerr != nil {
+		// The tenure ended like a loss before the start (the lease file
+		// failed twice, then a write worked again): no command, no release.
+		return &codeError{code: exitLeaseLost, err: fmt.Errorf("the command was not started: %w", lerr)}
+	}
 	if err := sess.leaseFileError(); err != nil {
 		sess.giveBack(true)
 		return fmt.Errorf("the command was not started: cannot write the lease file: %w", err)
