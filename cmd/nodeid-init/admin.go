@@ -13,7 +13,23 @@ import (
 
 // adminSession reads the settings of an operator command and connects.
 func adminSession(ctx context.Context, cmd string, args []string, stderr io.Writer, extra func(*flag.FlagSet, *settings)) (*settings, *nodeid.S3Repository, error) {
-	s, rest, err := parseSettings(cmd, args, stderr, append([]string{"cluster-size", "lease-duration", "task-id"}, s3Options...), extra)
+	s, repo, err := connectSession(ctx, cmd, []string{"cluster-size", "lease-duration", "task-id"}, args, stderr, extra)
+	if err == nil && s.taskID == "" {
+		s.taskID = "nodeid-init-" + cmd
+	}
+	return s, repo, err
+}
+
+// readSession reads the settings of a read-only command (status, peers)
+// and connects.
+func readSession(ctx context.Context, cmd string, args []string, stderr io.Writer, extra func(*flag.FlagSet, *settings)) (*settings, *nodeid.S3Repository, error) {
+	return connectSession(ctx, cmd, []string{"cluster-size", "lease-duration"}, args, stderr, extra)
+}
+
+// connectSession parses the options names (and the S3 ones) of cmd, which
+// takes no arguments, requires a bucket and connects.
+func connectSession(ctx context.Context, cmd string, names, args []string, stderr io.Writer, extra func(*flag.FlagSet, *settings)) (*settings, *nodeid.S3Repository, error) {
+	s, rest, err := parseSettings(cmd, args, stderr, append(names, s3Options...), extra)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -25,9 +41,6 @@ func adminSession(ctx context.Context, cmd string, args []string, stderr io.Writ
 	}
 	if s.leaseDuration == 0 {
 		s.leaseDuration = nodeid.DefaultLeaseDuration
-	}
-	if s.taskID == "" {
-		s.taskID = "nodeid-init-" + cmd
 	}
 	repo, err := s.repository(ctx)
 	return s, repo, err

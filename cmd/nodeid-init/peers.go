@@ -20,23 +20,10 @@ import (
 // cmdPeers prints the cluster's peers table: who holds each node ID, under
 // which version, and where to reach it.
 func cmdPeers(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	s, rest, err := parseSettings("peers", args, stderr, append([]string{"cluster-size", "lease-duration"}, s3Options...),
+	s, repo, err := readSession(ctx, "peers", args, stderr,
 		func(fs *flag.FlagSet, s *settings) {
 			fs.BoolVar(&s.json, "json", false, "print a JSON array of {id, address, version, holder, state}")
 		})
-	if err != nil {
-		return err
-	}
-	if len(rest) > 0 {
-		return usagef("unexpected arguments %q", rest)
-	}
-	if err := s.requireBucket(); err != nil {
-		return err
-	}
-	if s.leaseDuration == 0 {
-		s.leaseDuration = nodeid.DefaultLeaseDuration
-	}
-	repo, err := s.repository(ctx)
 	if err != nil {
 		return err
 	}

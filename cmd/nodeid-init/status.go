@@ -28,24 +28,11 @@ type slotStatus struct {
 }
 
 func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	s, rest, err := parseSettings("status", args, stderr, append([]string{"cluster-size", "lease-duration"}, s3Options...),
+	s, repo, err := readSession(ctx, "status", args, stderr,
 		func(fs *flag.FlagSet, s *settings) {
 			fs.BoolVar(&s.json, "json", false, "print JSON")
 			fs.BoolVar(&s.watch, "watch", false, "refresh every 2s until interrupted")
 		})
-	if err != nil {
-		return err
-	}
-	if len(rest) > 0 {
-		return usagef("unexpected arguments %q", rest)
-	}
-	if err := s.requireBucket(); err != nil {
-		return err
-	}
-	if s.leaseDuration == 0 {
-		s.leaseDuration = nodeid.DefaultLeaseDuration
-	}
-	repo, err := s.repository(ctx)
 	if err != nil {
 		return err
 	}
