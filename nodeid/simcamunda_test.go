@@ -332,7 +332,15 @@ func (w *simWorld) prepareCamunda(t *simTask, inst NodeInstance) {
 		t.forked = true
 		w.weakness("node %d: Camunda %s's tenure v%d starts from %s (data write #%d), older than the newest complete data (#%d): data lost", n, t.name, k, from, d.stamp, w.newest[n])
 	}
-	w.lastTenure[n] = t
+	if cur := w.lastTenure[n]; cur != nil && cur != t && cur.inst.Version > k {
+		// A broker paused between its take and its start acts on a
+		// version below a later holder's (its lease expired meanwhile):
+		// Camunda does not fence itself. That holder stays the current
+		// tenure; this one's writes count as Camunda's weakness.
+		w.weakness("node %d: Camunda %s's tenure v%d starts below %s's v%d (a stale take used after a pause; no self-fencing)", n, t.name, k, cur.name, cur.inst.Version)
+	} else {
+		w.lastTenure[n] = t
+	}
 	t.mu.Lock()
 	t.prepared, t.inst = true, inst
 	t.mu.Unlock()
