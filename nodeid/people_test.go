@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -57,6 +59,65 @@ func TestDeletedObjectIsRecreatedAtTheHoldersVersion(t *testing.T) {
 	held := acquire(t, holder, 5*time.Second)
 	deleteRaw(t, srv, nodeid.LeaseKey(testPrefix, 0))
 	waitFor(t, 3*time.Second, "the holder to notice the delete", func() bool { return !holder.Valid() })
+
+	spare := newProvider(t, direct, fastConfig(t, "spare", 1, nil))
+	inst := acquire(t, spare, 10*time.Second)
+	if inst.Version <= held.Version {
+		t.Fatalf("spare took %v after %v was handed out: the version went back", inst, held)
+	}
+}
+
+// spareFirstRepo lets a spare's recreation land just before the holder's:
+// the holder's first create of a "recreated-by:" lease is preceded by
+// another task's create of the same object at version 1, as a spare that
+// started when the holder stopped counting itself valid writes it.
+type spareFirstRepo struct {
+	nodeid.Repository
+	once sync.Once
+	err  error
+}
+
+func (r *spareFirstRepo) Create(ctx context.Context, l nodeid.Lease) (string, error) {
+	if strings.HasPrefix(l.TaskID, "recreated-by:") {
+		r.once.Do(func() {
+			_, r.err = r.Repository.Create(ctx, nodeid.Lease{
+				TaskID: "recreated-by:spare", Instance: nodeid.NodeInstance{ID: l.Instance.ID, Version: 1},
+				Expires: time.Now().Add(l.Duration), Duration: l.Duration,
+				Nonce: "5be11a5be11a5be11a5be11a5be11a00", Acquirable: true,
+			})
+		})
+	}
+	return r.Repository.Create(ctx, l)
+}
+
+// Schedule (seen in CI, the test above under load): the holder of v3 finds
+// 0.json deleted and stops; a spare that starts at that moment recreates
+// the object first, at version 1 (it knows no higher), and the holder's
+// create gets 412. The holder used to give up there, and the spare took v2
+// once its own recreation expired. The holder now reads the object and
+// replaces a recreation below its version before its deadline, so the
+// spare waits again and takes v4.
+func TestHolderReplacesASparesLowerRecreation(t *testing.T) {
+	srv := s3test.NewFake(t)
+	direct := newRepo(t, srv, "")
+	cycle(t, direct, "a", 1)
+	cycle(t, direct, "b", 1)
+	racing := &spareFirstRepo{Repository: direct}
+	holder := newProvider(t, racing, fastConfig(t, "holder", 1, newLossRecorder()))
+	held := acquire(t, holder, 5*time.Second)
+	deleteRaw(t, srv, nodeid.LeaseKey(testPrefix, 0))
+	waitFor(t, 3*time.Second, "the holder to notice the delete", func() bool { return !holder.Valid() })
+	waitFor(t, 3*time.Second, "the holder to restore its version", func() bool {
+		rec, err := direct.Get(context.Background(), 0)
+		return err == nil && rec.Lease.Instance.Version == held.Version
+	})
+	if racing.err != nil {
+		t.Fatalf("the spare's recreation did not land first: %v", racing.err)
+	}
+	rec, err := direct.Get(context.Background(), 0)
+	if err != nil || rec.Lease.TaskID != "recreated-by:holder" {
+		t.Fatalf("object after the holder's restore: %+v, %v", rec.Lease, err)
+	}
 
 	spare := newProvider(t, direct, fastConfig(t, "spare", 1, nil))
 	inst := acquire(t, spare, 10*time.Second)

@@ -888,37 +888,76 @@ func (p *Provider) renew() (time.Duration, bool) {
 
 // recreateDeleted runs when the holder finds its lease object deleted (or
 // replaced below its version), after it has stopped counting itself as the
-// holder and before OnLost: it writes the object as an expiring lease of an unknown holder at
-// the holder's own version. Only the holder may know that version (with one
-// node ID, or before its peers learned it); without this the next holder
-// would start again from a lower one. With etag empty the write is a create
-// (If-None-Match: *), else it replaces the recreation it read (If-Match).
-// It is bounded by the holder's deadline, so it cannot delay the stop past
-// it, and nobody can take the ID in the meantime: a recreated object is an
-// expiring lease.
+// holder and before OnLost: it writes the object as an expiring lease of an
+// unknown holder at the holder's own version. Only the holder may know that
+// version (with one node ID, or before its peers learned it); without this
+// the next holder would start again from a lower one. With etag empty the
+// write is a create (If-None-Match: *), else it replaces the recreation it
+// read (If-Match).
+//
+// A spare may recreate the object first, below our version, while we stop
+// (Valid is already false): the create then gets 412, and the holder reads
+// the object and replaces such a recreation, as often as it takes until its
+// deadline. That is in time: the spare's recreation is itself an expiring
+// lease of a full lease duration, written after our last renewal was sent,
+// so no one can take the ID before our deadline. Bounded by the deadline,
+// this cannot delay the stop past it.
 func (p *Provider) recreateDeleted(inst NodeInstance, etag string, deadline time.Time) {
-	l := Lease{
-		TaskID:        recreatedPrefix + p.cfg.TaskID,
-		Instance:      inst,
-		Expires:       p.expiryStamp(p.cfg.Clock.Now()),
-		Duration:      p.cfg.LeaseDuration,
-		Nonce:         p.nonce(),
-		KnownVersions: p.KnownVersions(),
-		Acquirable:    true,
-	}
-	ctx, cancel := p.boundedContext(deadline, p.cfg.Clock.Now())
-	defer cancel()
-	var err error
-	if etag == "" {
-		_, err = p.repo.Create(ctx, l)
-	} else {
-		_, err = p.repo.Write(ctx, l, etag)
-	}
-	if err != nil {
+	for {
+		now := p.cfg.Clock.Now()
+		if !now.Before(deadline) {
+			p.log.Warn("lease object not restored at our version before our deadline", "node_id", inst.ID, "version", int64(inst.Version))
+			return
+		}
+		l := Lease{
+			TaskID:        recreatedPrefix + p.cfg.TaskID,
+			Instance:      inst,
+			Expires:       p.expiryStamp(now),
+			Duration:      p.cfg.LeaseDuration,
+			Nonce:         p.nonce(),
+			KnownVersions: p.KnownVersions(),
+			Acquirable:    true,
+		}
+		ctx, cancel := p.boundedContext(deadline, now)
+		var err error
+		if etag == "" {
+			_, err = p.repo.Create(ctx, l)
+		} else {
+			_, err = p.repo.Write(ctx, l, etag)
+		}
+		cancel()
+		if err == nil {
+			p.log.Info("recreated the deleted lease object as an expiring lease at our version", "node_id", inst.ID, "version", int64(inst.Version))
+			return
+		}
 		p.log.Info("lease object not recreated at our version", "node_id", inst.ID, "version", int64(inst.Version), "err", err)
-		return
+		if errors.Is(err, ErrPreconditionFailed) || errors.Is(err, ErrConflict) {
+			// Someone wrote first. Replace it only if it is a recreation
+			// below our version; anything else is left alone.
+			ctx, cancel := p.boundedContext(deadline, p.cfg.Clock.Now())
+			rec, gerr := p.repo.Get(ctx, inst.ID)
+			cancel()
+			switch {
+			case errors.Is(gerr, ErrNotFound):
+				etag = ""
+				continue
+			case gerr == nil && rec.Lease.Instance.ID == inst.ID && rec.Lease.Instance.Version < inst.Version && rec.Lease.Acquirable:
+				p.log.Info("replacing a recreation below our version", "node_id", inst.ID, "version", int64(inst.Version),
+					"found_task", rec.Lease.TaskID, "found_version", int64(rec.Lease.Instance.Version))
+				etag = rec.ETag
+				continue
+			case gerr == nil:
+				return // at or above our version, or scaled down: not ours to touch
+			}
+		}
+		wait := min(p.retryDelay(), deadline.Sub(p.cfg.Clock.Now()))
+		if wait <= 0 {
+			continue // the deadline check at the top ends it
+		}
+		t := p.cfg.Clock.NewTimer(wait)
+		<-t.C()
+		t.Stop()
 	}
-	p.log.Info("recreated the deleted lease object as an expiring lease at our version", "node_id", inst.ID, "version", int64(inst.Version))
 }
 
 // reconcile reads the object after a 412 or 409 to tell our own landed write
