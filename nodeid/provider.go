@@ -629,7 +629,7 @@ func (p *Provider) judge(ctx context.Context, rec Record, arrived time.Time) (fr
 		return false, false
 	}
 	if !l.Held() && l.Instance.Version > 0 && !l.Legacy {
-		return true, !l.Forced
+		return !bugOn(bugReleasedNeverFree), !l.Forced
 	}
 	marker, err := p.clusterMarker(ctx)
 	if err != nil {
@@ -729,6 +729,12 @@ func (p *Provider) take(ctx context.Context, rec Record, graceful bool) (NodeIns
 		return NodeInstance{}, false
 	}
 	inst := NodeInstance{ID: rec.ID, Version: p.acqKnown[rec.ID] + 1}
+	if bugOn(bugVersionNotBumped) {
+		inst.Version = max(p.acqKnown[rec.ID], 1)
+	}
+	if bugOn(bugVersionFromObject) {
+		inst.Version = rec.Lease.Instance.Version + 1
+	}
 	known := p.acqKnown.Clone()
 	known.Observe(inst.ID, inst.Version)
 	// The deadline and the timestamp both count from sent, read before the
@@ -1121,6 +1127,14 @@ func (p *Provider) loseThen(reason string, cause error, then func()) {
 	p.err = err
 	close(p.done)
 	p.mu.Unlock()
+	if bugOn(bugWriteAfterLoss) {
+		p.mu.Lock()
+		l, etag := p.newLease(p.instance, p.known.Clone(), p.cfg.Clock.Now()), p.etag
+		p.mu.Unlock()
+		wctx, cancel := context.WithTimeout(context.Background(), p.cfg.RequestTimeout)
+		_, _ = p.repo.Write(wctx, l, etag)
+		cancel()
+	}
 	attrs := []any{"node_id", err.Instance.ID, "version", int64(err.Instance.Version), "reason", reason}
 	if cause != nil {
 		attrs = append(attrs, "err", cause)

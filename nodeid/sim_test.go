@@ -1285,6 +1285,10 @@ var simTeeth = []struct {
 	{"freshness from absence", func(p *simParams) { p.bugs = bugFreshFromAbsence }, "at once", 2000},
 	{"release before the process group is gone", func(p *simParams) { p.releaseBeforeGroupExits = true }, "process group wrote", 2000},
 	{"preparation ignores newer versions", func(p *simParams) { p.prepareIgnoresNewer = true }, "data lost", 2000},
+	{"a take keeps the known version instead of version + 1", func(p *simParams) { p.bugs = bugVersionNotBumped }, "not above", 2000},
+	{"a take ignores the known mappings", func(p *simParams) { p.bugs = bugVersionFromObject }, "not above", 10000},
+	{"a holder sends a renewal after its loss", func(p *simParams) { p.bugs = bugWriteAfterLoss }, "after its tenure ended", 2000},
+	{"a released lease is never free", func(p *simParams) { p.bugs = bugReleasedNeverFree }, "liveness", 2000},
 	// Mixed operation (simcamunda_test.go): breaks of its conditions make
 	// a nodeid task and a Camunda broker hold one ID at once.
 	{"camunda clocks 2m ahead (breaks condition 2)", func(p *simParams) {
