@@ -63,7 +63,8 @@ type simParams struct {
 	opaqueETags bool
 	faults      int           // per mille of requests dropped (others in proportion)
 	maxSpike    time.Duration // 3 % of requests are delayed by up to this much more
-	staleLists  int           // per mille of listings served from a snapshot up to maxStale old
+	staleLists  int           // per mille of listing pages served from a snapshot up to maxStale old
+	pageSize    int           // keys per listing page (S3's max-keys); 0: one page
 	// Deliberate bugs, for the teeth tests: bugs in the provider (simbugs
 	// builds only), and two in the layers around it, modelled here.
 	bugs                    simBug
@@ -100,6 +101,10 @@ func simParamsFor(seed uint64) simParams {
 	if r.IntN(3) == 0 {
 		p.staleLists = 100 + r.IntN(201)
 	}
+	// Paginated listings, half the seeds, from a generator of their own.
+	if pg := rand.New(rand.NewPCG(seed, 0x9a9e)); pg.IntN(2) == 0 {
+		p.pageSize = 1 + pg.IntN(3)
+	}
 	// Mixed operation, drawn from a generator of its own so that the other
 	// seeds run as before: 30 % of the seeds.
 	c := rand.New(rand.NewPCG(seed, 0xca3da))
@@ -119,8 +124,8 @@ func (p simParams) String() string {
 	if p.opaqueETags {
 		etags = "opaque"
 	}
-	s := fmt.Sprintf("size=%d tasks=%d L=%v chaos=%v drift=%.3f etags=%s faults=%d‰ spike<=%v stale-lists=%d‰",
-		p.clusterSize, p.tasks, p.lease, p.chaosFor, p.maxDrift, etags, p.faults, p.maxSpike, p.staleLists)
+	s := fmt.Sprintf("size=%d tasks=%d L=%v chaos=%v drift=%.3f etags=%s faults=%d‰ spike<=%v stale-lists=%d‰ page=%d",
+		p.clusterSize, p.tasks, p.lease, p.chaosFor, p.maxDrift, etags, p.faults, p.maxSpike, p.staleLists, p.pageSize)
 	if p.camunda > 0 {
 		s += fmt.Sprintf(" camunda=%d%% Lc=%v wall-skew<=±%v", p.camunda, p.camundaLease, p.wallSkew)
 		if p.camundaAhead > 0 {

@@ -68,6 +68,7 @@ type simRequest struct {
 	inst     NodeInstance // opPrepare
 	graceful bool         // opPrepare: the predecessor released
 	staleBy  time.Duration
+	after    string // opList: the continuation token, the last key of the page before
 	reply    chan simReply
 	// afterLoss: the task had already lost its lease when it sent this. A
 	// write sent before the loss may still land after it; that is physics,
@@ -86,7 +87,10 @@ type simRequest struct {
 type simReply struct {
 	marker  ClusterMarker
 	listing Listing
-	record  Record
+	// opList: more keys follow; next is the continuation token.
+	truncated bool
+	next      string
+	record    Record
 	etag    string
 	err     error
 	shows   map[string]*simObject // ETag -> the write the answer shows under it
@@ -137,9 +141,29 @@ func (r *simRepo) call(ctx context.Context, req *simRequest) simReply {
 	}
 }
 
+// List pages through the bucket as S3Repository does: each page is a
+// request of its own (with its own delay, faults and staleness), continuing
+// after the last key of the page before, so a listing is no snapshot.
 func (r *simRepo) List(ctx context.Context) (Listing, error) {
-	rep := r.call(ctx, &simRequest{op: opList})
-	return rep.listing, rep.err
+	var l Listing
+	after := ""
+	for page := 0; ; page++ {
+		rep := r.call(ctx, &simRequest{op: opList, after: after})
+		if rep.err != nil {
+			return Listing{}, rep.err
+		}
+		if page == 0 {
+			l.ServerDate = rep.listing.ServerDate
+		}
+		l.Slots = append(l.Slots, rep.listing.Slots...)
+		l.MarkerSeen = l.MarkerSeen || rep.listing.MarkerSeen
+		if !rep.truncated {
+			break
+		}
+		after = rep.next
+	}
+	sort.Slice(l.Slots, func(i, j int) bool { return l.Slots[i].ID < l.Slots[j].ID })
+	return l, nil
 }
 
 func (r *simRepo) Get(ctx context.Context, id int) (Record, error) {
@@ -190,17 +214,47 @@ func (w *simWorld) serve(req *simRequest, now time.Time) simReply {
 		if req.staleBy > 0 {
 			s := w.snapshotAt(now.Add(-req.staleBy))
 			objects, marker = s.objects, s.marker
-			w.count("stale listings served")
+			w.count("stale listing pages served")
 		}
-		l := Listing{ServerDate: date}
-		shows := map[string]*simObject{}
+		// Keys in S3's order (10.json sorts before 2.json), from the
+		// continuation token on, at most pageSize of them.
+		type entry struct {
+			key string
+			id  int
+			o   *simObject
+		}
+		var keys []entry
 		for id, o := range objects {
-			l.Slots = append(l.Slots, Slot{ID: id, ETag: o.etag, LastModified: o.lastModified, Size: int64(len(o.body))})
-			shows[o.etag] = o
+			keys = append(keys, entry{LeaseKey("", id), id, o})
 		}
-		sort.Slice(l.Slots, func(i, j int) bool { return l.Slots[i].ID < l.Slots[j].ID })
-		l.MarkerSeen = marker
-		return simReply{listing: l, shows: shows}
+		if marker {
+			keys = append(keys, entry{key: MarkerKey("")})
+		}
+		sort.Slice(keys, func(i, j int) bool { return keys[i].key < keys[j].key })
+		keys = keys[sort.Search(len(keys), func(i int) bool { return keys[i].key > req.after }):]
+		page := w.p.pageSize
+		if page == 0 {
+			page = 1000
+		}
+		rep := simReply{listing: Listing{ServerDate: date}, shows: map[string]*simObject{}, truncated: len(keys) > page}
+		if rep.truncated {
+			keys = keys[:page]
+		}
+		if req.after != "" {
+			w.count("listing pages after the first")
+		}
+		for _, k := range keys {
+			if k.o == nil {
+				rep.listing.MarkerSeen = true
+				continue
+			}
+			rep.listing.Slots = append(rep.listing.Slots, Slot{ID: k.id, ETag: k.o.etag, LastModified: k.o.lastModified, Size: int64(len(k.o.body))})
+			rep.shows[k.o.etag] = k.o
+		}
+		if len(keys) > 0 {
+			rep.next = keys[len(keys)-1].key
+		}
+		return rep
 	case opGetMarker:
 		if w.marker == nil {
 			return fail(ErrNotFound, 404)
