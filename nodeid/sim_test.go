@@ -529,9 +529,17 @@ func (w *simWorld) route(now time.Time) {
 		}
 		loseAnswer := fate >= 2*f+f/2 && fate < 4*f
 		duplicate := fate >= 4*f && fate < 5*f
+		// S3 may answer 500 InternalError to a request it applied: the
+		// client hears of a failure at once, yet a write landed.
+		failAfter := fate >= 5*f && fate < 5*f+f/2
 		w.schedule(at, label, func() {
 			rep := w.serve(req, time.Now())
 			w.log(label + " served: " + describeReply(rep))
+			if failAfter {
+				w.log(label + " applied, answered 500 InternalError")
+				rep = simReply{err: &StorageError{Op: req.op.String(), Status: 500, Code: "InternalError", Kind: ErrUnavailable}}
+				w.count("requests applied and answered 500")
+			}
 			if duplicate {
 				w.schedule(time.Now().Add(w.delay()), label+" dup", func() {
 					dup := w.serve(req, time.Now())
