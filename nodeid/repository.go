@@ -476,6 +476,12 @@ var ErrVersionUnknown = errors.New("the version of the node is unknown")
 // is known to be dead. The release is marked forced: the successor takes it
 // at once but copies the data rather than hard-linking it.
 func ForceRelease(ctx context.Context, repo Repository, id int, atLeast Version, taskID string) (Version, error) {
+	return forceRelease(ctx, repo, id, atLeast, taskID, newNonce)
+}
+
+// forceRelease is ForceRelease with its source of nonces (the simulation's
+// is seeded).
+func forceRelease(ctx context.Context, repo Repository, id int, atLeast Version, taskID string, nonce func() string) (Version, error) {
 	rec, err := repo.Get(ctx, id)
 	missing := errors.Is(err, ErrNotFound)
 	if err != nil && !missing && !errors.Is(err, ErrCorruptLease) {
@@ -503,7 +509,7 @@ func ForceRelease(ctx context.Context, repo Repository, id int, atLeast Version,
 		Writer:     taskID,
 		Instance:   NodeInstance{ID: id, Version: v},
 		Expires:    time.Now(),
-		Nonce:      newNonce(),
+		Nonce:      nonce(),
 		Acquirable: err != nil || rec.Lease.Acquirable,
 		Forced:     true,
 	}

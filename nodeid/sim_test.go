@@ -3,6 +3,7 @@ package nodeid
 import (
 	"container/heap"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"hash/fnv"
@@ -146,6 +147,7 @@ type simTask struct {
 
 	mu          sync.Mutex
 	dead        bool      // crashed: no more requests, no release
+	forcedOut   bool      // crashed, and an operator's release --force replaced its lease: no holder any more
 	exited      bool      // lost its lease, crashed or stopping: ECS replaces it
 	pausedUntil time.Time // frozen until then: no requests, answers or timer ticks
 	held        []heldTick
@@ -842,6 +844,10 @@ func (w *simWorld) checkInvariants() {
 		valid := p.Valid()
 		inTenure := p.Instance().Version > 0 && p.Err() == nil
 		t.mu.Lock()
+		if t.forcedOut {
+			t.mu.Unlock()
+			continue
+		}
 		if t.wasValid && !valid && inTenure {
 			t.expired = true
 		}
@@ -897,6 +903,8 @@ func (w *simWorld) checkLiveness() {
 		switch {
 		case held[id]:
 		case ok && o.meta[MetaAcquirable] == "false": // a scale that failed half-way
+		case ok && !o.decoded:
+			w.count("liveness checks excused by a corrupt object") // never taken; the operator repairs it
 		case time.Since(w.refusedAt[id]) < 3*w.p.lease:
 			w.count("liveness checks excused by a refused preparation")
 		default:
@@ -965,6 +973,30 @@ func (w *simWorld) chaos(stop <-chan struct{}) {
 			case kind < 85:
 				w.log(fmt.Sprintf("chaos: scale to %d", size))
 				w.scale(size)
+			case kind < 91:
+				id := id % w.size
+				w.log("chaos: " + w.corrupt(id, time.Now(), pick))
+				// The operator notices and repairs it, a lease duration
+				// or more later: every tenure from before has ended.
+				w.schedule(time.Now().Add(w.p.lease+time.Duration(w.rng.Int64N(int64(2*w.p.lease)))), "operator", func() {
+					if o, ok := w.objects[id]; !ok || o.decoded {
+						w.log(fmt.Sprintf("operator: node %d is not corrupt any more", id))
+						return
+					}
+					w.operatorRelease(id, "corrupt object", func(_ Record, err error) bool { return errors.Is(err, ErrCorruptLease) })
+				})
+			case kind < 96:
+				// release --force of a holder known to be dead (crashed).
+				for _, c := range w.tasks {
+					if c.cam != nil || !c.crashed() || c.provider.Instance().Version == 0 {
+						continue
+					}
+					id := c.provider.Instance().ID
+					if o, ok := w.objects[id]; ok && o.decoded && o.lease.TaskID == c.name {
+						w.operatorRelease(id, "crashed holder", func(rec Record, err error) bool { return err == nil && rec.Lease.TaskID == c.name })
+						break
+					}
+				}
 			}
 		})
 	}

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"crypto/md5"
+	"errors"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"sort"
 	"strings"
 	"sync"
@@ -340,6 +342,17 @@ func (w *simWorld) store(req *simRequest, now time.Time) *simObject {
 		if l.Held() && l.TaskID == t.name && req.afterLoss && t.cam == nil {
 			w.violate("task %s sent a write of a held lease of node %d after its tenure ended (%v)", t.name, l.Instance.ID, t.provider.Err())
 		}
+		if t.name == "operator" && prev != nil && prev.decoded && prev.lease.Held() {
+			// A forced release over a crashed holder: the operator knew it
+			// dead, and it is (no requests, no process group).
+			for _, c := range w.tasks {
+				if c.name == prev.lease.TaskID && c.crashed() {
+					c.mu.Lock()
+					c.forcedOut = true
+					c.mu.Unlock()
+				}
+			}
+		}
 		if !t.admin && prev != nil && prev.meta[MetaAcquirable] == "false" {
 			w.violate("node %d: task %s's write landed on an object marked unusable by a scale-down", req.id, t.name)
 		}
@@ -580,4 +593,91 @@ func (r *simRepo) rawGet(ctx context.Context, id int) (body []byte, meta map[str
 func (r *simRepo) rawPut(ctx context.Context, id int, body []byte, meta map[string]string, ifMatch string) (string, error) {
 	rep := r.call(ctx, &simRequest{op: opWrite, id: id, raw: true, body: body, meta: meta, etag: ifMatch})
 	return rep.etag, rep.err
+}
+
+// corrupt writes garbage over node id's object from outside, as a broken
+// script or a hand edit would: a body that is not JSON, a torn body, or a
+// body whose metadata disagrees with it. Such an object is never taken;
+// an operator repairs it later with ForceRelease (see operatorRelease).
+func (w *simWorld) corrupt(id int, now time.Time, how int) string {
+	o, ok := w.objects[id]
+	body, meta := []byte("<Error>not a lease</Error>"), map[string]string{}
+	switch {
+	case how%3 == 1 && ok && len(o.body) > 8:
+		body, meta = bytes.Clone(o.body[:len(o.body)/2]), maps.Clone(o.meta)
+	case how%3 == 2 && ok && o.decoded:
+		// A body that disagrees with the metadata. (Not the same body with
+		// other metadata: its ETag, the body's MD5, would not change, and
+		// an If-Match read before would land on it, as on S3.)
+		l := o.lease
+		l.Instance.Version += 7
+		body, _ = l.Encode()
+		meta = maps.Clone(o.meta)
+	}
+	if _, decoded := decodeOK(id, body, meta); decoded {
+		body, meta = []byte("<Error>not a lease</Error>"), map[string]string{}
+	}
+	if ok {
+		w.countDelete(id, o) // what it held is gone, as after a delete
+	}
+	w.objects[id] = &simObject{body: body, meta: meta, etag: w.etagOf(body), lastModified: now.Truncate(time.Second)}
+	w.count("outside writes of corrupt objects")
+	w.changed()
+	return fmt.Sprintf("corrupted node %d (%d bytes)", id, len(body))
+}
+
+// guardedRepo is the operator's view: release --force only what the
+// operator decided to release. Its first read of the node must still show
+// that state (allow); otherwise it stops, as an operator who looks first
+// would. ForceRelease's If-Match then lands only on that state.
+type guardedRepo struct {
+	*simRepo
+	id      int
+	allow   func(rec Record, err error) bool
+	checked bool
+}
+
+func (r *guardedRepo) Get(ctx context.Context, id int) (Record, error) {
+	rec, err := r.simRepo.Get(ctx, id)
+	if id == r.id && !r.checked {
+		r.checked = true
+		if !r.allow(rec, err) {
+			return Record{}, &StorageError{Op: "get", Kind: ErrAccessDenied, Err: fmt.Errorf("operator: node %d is no longer what was to be released", id)}
+		}
+	}
+	return rec, err
+}
+
+// operatorRelease runs the real ForceRelease for node id, as `nodeid-init
+// release --force --data-root` does: at least the newest version in the data
+// root. Its requests travel like everyone's.
+func (w *simWorld) operatorRelease(id int, why string, allow func(Record, error) bool) {
+	var atLeast Version
+	for v := range w.dirs[id] {
+		atLeast = max(atLeast, v)
+	}
+	op := &simTask{name: "operator", admin: true}
+	op.repo = &simRepo{w: w, task: op}
+	rng := rand.New(rand.NewPCG(w.rng.Uint64(), 0))
+	nonce := func() string { return fmt.Sprintf("%016x%016x", rng.Uint64(), rng.Uint64()) }
+	w.log(fmt.Sprintf("operator: release --force node %d (%s), at least v%d", id, why, atLeast))
+	w.running.Add(1)
+	go func() {
+		defer w.running.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		v, err := forceRelease(ctx, &guardedRepo{simRepo: op.repo, id: id, allow: allow}, id, atLeast, "operator", nonce)
+		w.post(op, func() {
+			switch {
+			case err == nil:
+				w.count("forced releases: " + why)
+				w.log(fmt.Sprintf("operator: node %d released at v%d", id, v))
+			case errors.Is(err, ErrVersionUnknown):
+				w.count("forced releases refused: version unknown")
+				w.log(fmt.Sprintf("operator: node %d: %v", id, err))
+			default:
+				w.log(fmt.Sprintf("operator: node %d: %v", id, err))
+			}
+		})
+	}()
 }
