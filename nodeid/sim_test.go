@@ -143,7 +143,8 @@ type simTask struct {
 	clock    *simClock
 	repo     *simRepo
 	cancel   context.CancelFunc
-	stopReq  chan struct{} // closed by a graceful stop
+	stopReq  chan struct{}      // closed by a graceful stop
+	handOff  chan time.Duration // a hand-off to a new process of the task after this gap
 
 	mu          sync.Mutex
 	dead        bool      // crashed: no more requests, no release
@@ -211,8 +212,13 @@ func (t *simTask) crashed() bool {
 	return t.dead
 }
 
+// tenureOver is read by the task's goroutines, while a hand-off swaps the
+// provider.
 func (t *simTask) tenureOver() bool {
-	return t.provider != nil && t.provider.Err() != nil
+	t.mu.Lock()
+	p := t.provider
+	t.mu.Unlock()
+	return p != nil && p.Err() != nil
 }
 
 // holds reports whether t considers itself the holder now: Provider.Valid
@@ -222,7 +228,14 @@ func (t *simTask) holds() (NodeInstance, bool) {
 		id, v, ok := t.cam.believes()
 		return NodeInstance{ID: id, Version: Version(v)}, ok
 	}
-	return t.provider.Instance(), t.provider.Valid()
+	p := t.prov()
+	return p.Instance(), p.Valid()
+}
+
+func (t *simTask) prov() *Provider {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.provider
 }
 
 // simClock is a task's clock: true (bubble) time at its own rate, with its
@@ -604,7 +617,7 @@ func (w *simWorld) startTask(stop <-chan struct{}) {
 		offset = time.Duration(w.rng.IntN(3)-1) * time.Hour
 	}
 	c := &simClock{base: time.Now(), origin: time.Now().Add(offset), rate: rate, done: w.clocksDone}
-	t := &simTask{name: name, clock: c, stopReq: make(chan struct{})}
+	t := &simTask{name: name, clock: c, stopReq: make(chan struct{}), handOff: make(chan time.Duration, 1)}
 	c.task = t
 	t.repo = &simRepo{w: w, task: t}
 	cfg := w.config(name, c, w.rng.Uint64())
@@ -612,11 +625,14 @@ func (w *simWorld) startTask(stop <-chan struct{}) {
 	if w.p.camunda > 0 {
 		cfg.Wall = func() time.Time { return time.Now().Add(offset) } // no drift: time sync
 	}
+	adoptSeed := w.rng.Uint64()
 	p, err := NewProvider(t.repo, cfg)
 	if err != nil {
 		panic(err)
 	}
+	t.mu.Lock()
 	t.provider = p
+	t.mu.Unlock()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.cancel = cancel
 	w.mu.Lock()
@@ -641,11 +657,19 @@ func (w *simWorld) startTask(stop <-chan struct{}) {
 			w.taskExited(t)
 			return
 		}
+	wait:
 		select {
 		case <-p.Done():
 		case <-stop:
 		case <-t.stopReq:
 			t.repo.stopGroup()
+		case gap := <-t.handOff:
+			cfg.Rand = rand.New(rand.NewPCG(adoptSeed, adoptSeed^0x9e3779b97f4a7c15))
+			if p = w.handOff(t, p, cfg, gap); p == nil {
+				w.taskExited(t)
+				return
+			}
+			goto wait
 		}
 		// Release (a crashed task's release fails, as it would) and wait for
 		// the provider's goroutines: the bubble must end empty.
@@ -653,6 +677,49 @@ func (w *simWorld) startTask(stop <-chan struct{}) {
 		_ = p.Close(cctx)
 		ccancel()
 	}()
+}
+
+// handOff hands t's lease from p to a new provider of the task, as an ECS
+// init container (nodeid-init acquire) hands it to the sidecar (renew): p
+// hands off, nobody renews for gap (on the task's clock, so a pause
+// stretches it), then the new provider adopts. It returns the adopter, or
+// nil if the lease was lost on the way. The process group keeps writing
+// through the gap as long as the lease file's deadline allows.
+func (w *simWorld) handOff(t *simTask, p *Provider, cfg Config, gap time.Duration) *Provider {
+	hctx, cancel := context.WithTimeout(context.Background(), 3*w.p.lease)
+	h, err := p.HandOff(hctx)
+	cancel()
+	if err != nil {
+		w.post(t, func() { w.count("hand-offs lost before the hand-off") })
+		return nil
+	}
+	handed, bootHanded := t.clock.Now(), systemBoottime()
+	tm := t.clock.NewTimer(gap)
+	<-tm.C()
+	// The host's boottime is true time here, the task's clock drifts: move
+	// the deadline by the difference, as if both were the one host clock
+	// they are in production.
+	skew := t.clock.Now().Sub(handed) - (systemBoottime() - bootHanded)
+	h.ValidUntilBoottimeNs -= int64(skew)
+	for i := range h.Pending {
+		h.Pending[i].SentBoottimeNs -= int64(skew)
+	}
+	next, err := NewProvider(t.repo, cfg)
+	if err != nil {
+		panic(err)
+	}
+	t.mu.Lock()
+	t.provider = next
+	t.mu.Unlock()
+	actx, acancel := context.WithTimeout(context.Background(), 3*w.p.lease)
+	defer acancel()
+	if _, err := next.Adopt(actx, h); err != nil {
+		w.post(t, func() { w.count("hand-offs lost at the adoption") })
+		_ = next.Close(actx) // its goroutines must end with the bubble
+		return nil
+	}
+	w.post(t, func() { w.count("hand-offs adopted") })
+	return next
 }
 
 // taskExited is OnLost: the supervisor kills the process group and exits,
@@ -796,7 +863,7 @@ func (w *simWorld) groupWrite(t *simTask) {
 		w.schedule(now.Add(w.groupInterval()), "group "+t.name, func() { w.groupWrite(t) })
 		return
 	}
-	deadline, holding := t.provider.Deadline()
+	deadline, holding := t.prov().Deadline()
 	if holding {
 		t.fence = deadline
 	}
@@ -840,7 +907,7 @@ func (w *simWorld) checkInvariants() {
 			}
 			continue
 		}
-		p := t.provider
+		p := t.prov()
 		valid := p.Valid()
 		inTenure := p.Instance().Version > 0 && p.Err() == nil
 		t.mu.Lock()
@@ -893,7 +960,7 @@ func (w *simWorld) checkLiveness() {
 			// Camunda's liveness is not nodeid's promise (it cannot take a
 			// deleted object, and backs off): counted, not checked.
 			w.count("camunda brokers waiting at the end")
-		} else if t.provider.Instance().Version == 0 {
+		} else if t.prov().Instance().Version == 0 {
 			waiting++
 		}
 	}
@@ -988,13 +1055,30 @@ func (w *simWorld) chaos(stop <-chan struct{}) {
 			case kind < 96:
 				// release --force of a holder known to be dead (crashed).
 				for _, c := range w.tasks {
-					if c.cam != nil || !c.crashed() || c.provider.Instance().Version == 0 {
+					if c.cam != nil || !c.crashed() || c.prov().Instance().Version == 0 {
 						continue
 					}
-					id := c.provider.Instance().ID
+					id := c.prov().Instance().ID
 					if o, ok := w.objects[id]; ok && o.decoded && o.lease.TaskID == c.name {
 						w.operatorRelease(id, "crashed holder", func(rec Record, err error) bool { return err == nil && rec.Lease.TaskID == c.name })
 						break
+					}
+				}
+			case kind < 99:
+				// A hand-off to the task's next process (init container
+				// to sidecar), if t holds and is a nodeid task.
+				// Half the gaps are short (L/8..5L/8), half may outlast the
+				// lease (0.3..1.5 L): the adopter must then refuse.
+				gap := dur / 4
+				if pick%2 == 1 {
+					gap = dur * 3 / 5
+				}
+				if t.cam == nil && t.prov().Valid() {
+					select {
+					case t.handOff <- gap:
+						w.count("hand-offs")
+						w.log(fmt.Sprintf("chaos: %s hands off, adopted after %v", t.name, gap))
+					default:
 					}
 				}
 			}
@@ -1034,11 +1118,12 @@ func (w *simWorld) scale(size int) {
 			}
 			continue
 		}
-		t.provider.mu.Lock()
-		if t.provider.state == stateAcquiring || t.provider.state == stateIdle {
-			t.provider.size.Store(int64(size)) // tasks are redeployed with the new size
+		p := t.prov()
+		p.mu.Lock()
+		if p.state == stateAcquiring || p.state == stateIdle {
+			p.size.Store(int64(size)) // tasks are redeployed with the new size
 		}
-		t.provider.mu.Unlock()
+		p.mu.Unlock()
 	}
 }
 
@@ -1069,7 +1154,10 @@ func runSim(t *testing.T, p simParams, trace io.Writer) simResult {
 	var res simResult
 	setSimBugs(t, p.bugs)
 	defer setSimBugs(t, 0)
+	defer func(f func() time.Duration) { systemBoottime = f }(systemBoottime)
 	synctest.Test(t, func(t *testing.T) {
+		// Hand-offs carry deadlines on the host's boottime: true time here.
+		systemBoottime = func() time.Duration { return time.Duration(time.Now().UnixNano()) }
 		w := &simWorld{p: p, rng: rand.New(rand.NewPCG(p.seed, 0x5eed)), wake: make(chan struct{}, 1),
 			objects: map[int]*simObject{}, floor: map[int]Version{}, maxEver: map[int]Version{},
 			dirs: map[int]map[Version]*simDir{}, newest: map[int]uint64{}, lastTenure: map[int]*simTask{}, newestBy: map[int]*simTask{},
@@ -1333,6 +1421,7 @@ var simTeeth = []struct {
 	{"a take keeps the known version instead of version + 1", func(p *simParams) { p.bugs = bugVersionNotBumped }, "not above", 2000},
 	{"a take ignores the known mappings", func(p *simParams) { p.bugs = bugVersionFromObject }, "not above", 10000},
 	{"a holder sends a renewal after its loss", func(p *simParams) { p.bugs = bugWriteAfterLoss }, "after its tenure ended", 2000},
+	{"an adopter inherits more validity than was handed off", func(p *simParams) { p.bugs = bugAdoptStretches }, "at once", 2000},
 	{"a released lease is never free", func(p *simParams) { p.bugs = bugReleasedNeverFree }, "liveness", 2000},
 	// Mixed operation (simcamunda_test.go): breaks of its conditions make
 	// a nodeid task and a Camunda broker hold one ID at once.

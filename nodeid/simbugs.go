@@ -19,4 +19,5 @@ const (
 	bugVersionFromObject                        // a take ignores the known mappings: the object's version + 1
 	bugWriteAfterLoss                           // a holder sends one more renewal after it lost its lease
 	bugReleasedNeverFree                        // a waiter never counts a released lease as free
+	bugAdoptStretches                           // Adopt inherits a lease duration more than the hand-off carried
 )

@@ -93,11 +93,11 @@ type simReply struct {
 	truncated bool
 	next      string
 	record    Record
-	etag    string
-	err     error
-	shows   map[string]*simObject // ETag -> the write the answer shows under it
-	body    []byte                // a raw read: the object as S3 returns it
-	meta    map[string]string
+	etag      string
+	err       error
+	shows     map[string]*simObject // ETag -> the write the answer shows under it
+	body      []byte                // a raw read: the object as S3 returns it
+	meta      map[string]string
 }
 
 // simRepo is one task's view of the bucket: each call becomes a request in
@@ -340,7 +340,7 @@ func (w *simWorld) store(req *simRequest, now time.Time) *simObject {
 		// A "recreated-by:" lease (a holder recreating its deleted object
 		// after its loss) stands for an unknown holder, not a tenure.
 		if l.Held() && l.TaskID == t.name && req.afterLoss && t.cam == nil {
-			w.violate("task %s sent a write of a held lease of node %d after its tenure ended (%v)", t.name, l.Instance.ID, t.provider.Err())
+			w.violate("task %s sent a write of a held lease of node %d after its tenure ended (%v)", t.name, l.Instance.ID, t.prov().Err())
 		}
 		if t.name == "operator" && prev != nil && prev.decoded && prev.lease.Held() {
 			// A forced release over a crashed holder: the operator knew it
