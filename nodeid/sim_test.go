@@ -1386,8 +1386,14 @@ func TestSimulationIsDeterministic(t *testing.T) {
 	// acquisitions, eight losses, a release, Camunda's weaknesses), whose
 	// goroutines post their effects for the scheduler (simWorld.post).
 	camundaSeeds := map[uint64]bool{6: true, 12: true, 15: true, 150: true}
+	// The seeds replay every kind of step: paginated listings (12), a
+	// hand-off adopted (17), corrupt objects repaired by release --force.
+	seen := map[string]int{}
 	for _, seed := range []uint64{3, 6, 12, 15, 17, 18, 43, 89, 150} {
 		a := runSim(t, simParamsFor(seed), nil)
+		for k, v := range a.counts {
+			seen[k] += v
+		}
 		b := runSim(t, simParamsFor(seed), nil)
 		if a.hash != b.hash || a.steps != b.steps {
 			t.Fatalf("seed %d ran differently twice: %d steps (hash %x) vs %d steps (hash %x)", seed, a.steps, a.hash, b.steps, b.hash)
@@ -1397,6 +1403,11 @@ func TestSimulationIsDeterministic(t *testing.T) {
 		}
 		if camundaSeeds[seed] && (a.counts["camunda brokers started"] == 0 || a.counts["camunda acquisitions"] == 0) {
 			t.Fatalf("seed %d: %d Camunda brokers started, %d acquisitions; pick a seed where brokers take part", seed, a.counts["camunda brokers started"], a.counts["camunda acquisitions"])
+		}
+	}
+	for _, k := range []string{"listing pages after the first", "hand-offs adopted", "forced releases: corrupt object", "requests applied and answered 500"} {
+		if seen[k] == 0 {
+			t.Errorf("no %q in the determinism seeds: pick seeds where it happens", k)
 		}
 	}
 }
