@@ -1044,13 +1044,18 @@ func (w *simWorld) chaos(stop <-chan struct{}) {
 				id := id % w.size
 				w.log("chaos: " + w.corrupt(id, time.Now(), pick))
 				// The operator notices and repairs it, a lease duration
-				// or more later: every tenure from before has ended.
+				// or more later: every tenure from before has ended. Only
+				// this corrupt object: a later one (another corruption)
+				// may have ended a tenure just now.
+				bad := w.objects[id]
 				w.schedule(time.Now().Add(w.p.lease+time.Duration(w.rng.Int64N(int64(2*w.p.lease)))), "operator", func() {
-					if o, ok := w.objects[id]; !ok || o.decoded {
-						w.log(fmt.Sprintf("operator: node %d is not corrupt any more", id))
+					if w.objects[id] != bad {
+						w.log(fmt.Sprintf("operator: node %d is not the corrupt object seen any more", id))
 						return
 					}
-					w.operatorRelease(id, "corrupt object", func(_ Record, err error) bool { return errors.Is(err, ErrCorruptLease) })
+					w.operatorRelease(id, "corrupt object", func(rec Record, err error) bool {
+						return errors.Is(err, ErrCorruptLease) && rec.ETag == bad.etag
+					})
 				})
 			case kind < 96:
 				// release --force of a holder known to be dead (crashed).
