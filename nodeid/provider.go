@@ -717,6 +717,12 @@ func (p *Provider) take(ctx context.Context, rec Record, graceful bool) (NodeIns
 			sctx, cancel := context.WithTimeout(ctx, time.Duration(len(listing.Slots)+1)*p.cfg.RequestTimeout)
 			s := surveyLeases(sctx, p.repo, listing, 0)
 			cancel()
+			if s.unread != nil && !bugOn(bugTakeAfterFailedSurvey) {
+				// A lease we could not read may record a version above
+				// all we know: taking now could repeat it. Try later.
+				p.log.Warn("not taking the node id: a lease could not be read", "node_id", rec.ID, "err", s.unread)
+				return NodeInstance{}, false
+			}
 			for id, v := range s.known {
 				p.acqKnown.Observe(id, v)
 			}

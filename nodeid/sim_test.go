@@ -1439,6 +1439,7 @@ var simTeeth = []struct {
 	{"a holder sends a renewal after its loss", func(p *simParams) { p.bugs = bugWriteAfterLoss }, "after its tenure ended", 2000},
 	{"an adopter inherits more validity than was handed off", func(p *simParams) { p.bugs = bugAdoptStretches }, "at once", 2000},
 	{"a released lease is never free", func(p *simParams) { p.bugs = bugReleasedNeverFree }, "liveness", 2000},
+	{"a take goes ahead after a failed survey", func(p *simParams) { p.bugs = bugTakeAfterFailedSurvey }, "not above", 5000},
 	// Mixed operation (simcamunda_test.go): breaks of its conditions make
 	// a nodeid task and a Camunda broker hold one ID at once.
 	{"camunda clocks 2m ahead (breaks condition 2)", func(p *simParams) {

@@ -20,4 +20,5 @@ const (
 	bugWriteAfterLoss                           // a holder sends one more renewal after it lost its lease
 	bugReleasedNeverFree                        // a waiter never counts a released lease as free
 	bugAdoptStretches                           // Adopt inherits a lease duration more than the hand-off carried
+	bugTakeAfterFailedSurvey                    // a take goes ahead although a lease of the survey could not be read
 )
