@@ -20,7 +20,7 @@ import (
 // if nobody adopts it, it expires like a crashed holder's.
 func cmdAcquire(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	names := append(append([]string{"env-file", "handoff-file", "lease-file"}, leaseOptions...), dataOptions...)
-	s, rest, err := parseSettings("acquire", args, stderr, names, nil)
+	s, rest, err := parseSettings(ctx, "acquire", args, stdout, names, nil)
 	if err != nil {
 		return err
 	}

@@ -15,7 +15,7 @@ import (
 // cmdHealth exits 0 when the lease published in the lease file is valid on
 // this host's monotonic clock, 1 otherwise: an ECS container health check.
 func cmdHealth(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	s, rest, err := parseSettings("health", args, stderr, []string{"lease-file"}, nil)
+	s, rest, err := parseSettings(ctx, "health", args, stdout, []string{"lease-file"}, nil)
 	if err != nil {
 		return err
 	}

@@ -20,7 +20,7 @@ import (
 // cmdPeers prints the cluster's peers table: who holds each node ID, under
 // which version, and where to reach it.
 func cmdPeers(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	s, repo, err := readSession(ctx, "peers", args, stderr,
+	s, repo, _, err := readSession(ctx, "peers", args, stdout, stderr,
 		func(fs *flag.FlagSet, s *settings) {
 			fs.BoolVar(&s.json, "json", false, "print a JSON array of {id, address, version, holder, state}")
 		})

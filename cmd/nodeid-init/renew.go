@@ -19,7 +19,7 @@ import (
 // stops the task.
 func cmdRenew(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	names := append([]string{"handoff-file", "env-file", "lease-file"}, leaseOptions...)
-	s, rest, err := parseSettings("renew", args, stderr, names, nil)
+	s, rest, err := parseSettings(ctx, "renew", args, stdout, names, nil)
 	if err != nil {
 		return err
 	}

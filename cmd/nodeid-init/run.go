@@ -22,7 +22,7 @@ import (
 // it the moment the lease is lost.
 func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	names := append(append([]string{"stop-timeout", "lease-file", "peers-file", "template"}, leaseOptions...), dataOptions...)
-	s, rest, err := parseSettings("run", args, stderr, names, nil)
+	s, rest, err := parseSettings(ctx, "run", args, stdout, names, nil)
 	if err != nil {
 		return err
 	}

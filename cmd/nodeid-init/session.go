@@ -79,7 +79,7 @@ func newSession(ctx context.Context, s *settings, stderr io.Writer) (*session, e
 	}
 	sess.log = log.With("task_id", cfg.TaskID)
 	cfg.Logger = log
-	if sess.repo, err = s.repository(ctx); err != nil {
+	if sess.repo, err = s.repository(ctx, log); err != nil {
 		return nil, err
 	}
 	if err := s.probe(ctx, sess.repo, sess.log); err != nil {
