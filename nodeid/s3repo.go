@@ -386,6 +386,9 @@ func classify(op, key string, err error) error {
 	var ae smithy.APIError
 	if errors.As(err, &ae) {
 		se.Code = ae.ErrorCode()
+		// The server's words; the SDK's text adds request IDs and the
+		// operation, which Op and Key already say.
+		se.Detail = ae.ErrorMessage()
 	}
 	switch {
 	case se.Status == http.StatusPreconditionFailed || se.Code == "PreconditionFailed":

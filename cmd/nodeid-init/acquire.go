@@ -57,7 +57,10 @@ func cmdAcquire(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	sess.leaseFile = s.leaseFile
 	p := sess.provider
+	sess.writeWaiting()
+	go sess.hintScaledUp(ctx)
 	inst, err := p.Acquire(ctx)
+	sess.metrics.waiting.Set(0)
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
 			// Exit non-zero: ECS must not start the broker without an ID.

@@ -202,10 +202,7 @@ func cmdScale(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if s.dryRun {
 		for _, c := range changes {
-			fmt.Fprintf(stdout, "dry run: would %s node %d\n", firstWord(c.what), c.id)
-			if rest := afterFirstWord(c.what); rest != "" {
-				fmt.Fprintf(stdout, "         %s\n", rest)
-			}
+			fmt.Fprintf(stdout, "dry run: node %d: would %s\n", c.id, c.what)
 		}
 		return nil
 	}
@@ -230,13 +227,6 @@ func cmdScale(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fmt.Fprintf(stdout, "cluster scaled to %d node IDs (0..%d); IDs at and above %d are unusable\n", s.clusterSize, s.clusterSize-1, s.clusterSize)
 	fmt.Fprintf(stdout, "next: set NODEID_CLUSTER_SIZE=%d (and the broker's own cluster size) in the task definition and roll it out: tasks only take IDs below their own NODEID_CLUSTER_SIZE\n", s.clusterSize)
 	return nil
-}
-
-func firstWord(s string) string { w, _, _ := strings.Cut(s, " "); return strings.TrimSuffix(w, ":") }
-
-func afterFirstWord(s string) string {
-	_, rest, _ := strings.Cut(s, " ")
-	return strings.TrimSpace(rest)
 }
 
 // idRanges renders sorted IDs as 0-3,5.

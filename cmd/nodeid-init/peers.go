@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -65,9 +64,10 @@ func nodePeersEnv(peers []nodeid.Peer) string {
 	return strings.Join(parts, ",")
 }
 
-// defaultPeersFile sits beside the lease file and, like it, is per process.
+// defaultPeersFile sits beside the lease file and is named after it:
+// lease.json -> lease-peers.json.
 func defaultPeersFile(leaseFile string) string {
-	return filepath.Join(filepath.Dir(leaseFile), fmt.Sprintf("nodeid-peers-%d.json", os.Getpid()))
+	return filepath.Join(filepath.Dir(leaseFile), strings.TrimSuffix(filepath.Base(leaseFile), ".json")+"-peers.json")
 }
 
 // readPeers reads the table for a child about to start. Our own entry is

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"path/filepath"
 	"runtime"
 	"sync"
 	"syscall"
@@ -33,37 +32,34 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return usagef("command %q: %v", rest[0], errors.Unwrap(err))
 	}
-	if s.leaseFile == "" {
-		if s.leaseFile, err = defaultLeaseFile(); err != nil {
+	// The default lease file is claimed only once the configuration is
+	// checked (claimDefaultLeaseFile): bad input writes nothing to $TMPDIR.
+	defaultLease, defaultPeers := s.leaseFile == "", s.peersFile == ""
+	leasePath := s.leaseFile
+	if defaultLease {
+		if err := checkTempDir(); err != nil {
 			return err
 		}
-		// Ours alone: removed on the way out with what run left in it
-		// (the lease and peers files), also when a later check refuses
-		// the configuration, so restarts leave nothing in $TMPDIR.
-		dir := filepath.Dir(s.leaseFile)
-		defer func() {
-			for _, f := range []string{s.leaseFile, s.peersFile} {
-				if filepath.Dir(f) == dir {
-					_ = os.Remove(f)
-				}
-			}
-			_ = os.Remove(dir) // only if empty: anything else stays
-		}()
-	}
-	if err := checkWritableFile("lease file", s.leaseFile); err != nil {
+		leasePath = defaultLeasePath()
+	} else if err := checkWritableFile("lease file", s.leaseFile); err != nil {
 		return err
 	}
-	if s.peersFile == "" {
-		s.peersFile = defaultPeersFile(s.leaseFile)
+	if defaultPeers {
+		s.peersFile = defaultPeersFile(leasePath)
 	}
-	if err := checkWritableFile("peers file", s.peersFile); err != nil {
-		return err
+	if !defaultLease || !defaultPeers { // else both go to a directory created later
+		if err := checkWritableFile("peers file", s.peersFile); err != nil {
+			return err
+		}
 	}
-	outs := []outputFile{{"lease file", s.leaseFile}, {"peers file", s.peersFile}}
-	for _, t := range s.templates {
-		outs = append(outs, outputFile{"template destination", t.dst})
+	outputs := func() []outputFile {
+		outs := []outputFile{{"lease file", leasePath}, {"peers file", s.peersFile}}
+		for _, t := range s.templates {
+			outs = append(outs, outputFile{"template destination", t.dst})
+		}
+		return outs
 	}
-	if err := checkDistinctOutputs(outs...); err != nil {
+	if err := checkDistinctOutputs(outputs()...); err != nil {
 		return err
 	}
 	if s.clusterSize > 0 { // else newSession reports the missing size
@@ -86,6 +82,20 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
+	if defaultLease {
+		path, cleanup, err := claimDefaultLeaseFile(sess.log)
+		if err != nil {
+			return err
+		}
+		defer cleanup()
+		s.leaseFile, leasePath = path, path
+		if defaultPeers {
+			s.peersFile = defaultPeersFile(path)
+		}
+		if err := checkDistinctOutputs(outputs()...); err != nil {
+			return err
+		}
+	}
 	sess.leaseFile = s.leaseFile
 	p := sess.provider
 
@@ -101,7 +111,10 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		case <-acqCtx.Done():
 		}
 	}()
+	sess.writeWaiting()
+	go sess.hintScaledUp(acqCtx)
 	inst, err := p.Acquire(acqCtx)
+	sess.metrics.waiting.Set(0)
 	if err != nil {
 		if isClosed(stopping) {
 			return nil
