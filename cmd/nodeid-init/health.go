@@ -8,10 +8,10 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"strings"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"sync"
 
 	"github.com/nodeid/nodeid/leasefile"

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -263,8 +264,8 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if err := stopRest(); err != nil {
 			sess.log.Error("exiting although processes of the command may still run", "node_id", inst.ID, "version", int64(inst.Version), "err", err)
 		}
-		sess.log.Error("command killed: lease lost", "node_id", inst.ID, "version", int64(inst.Version), "err", lerr)
-		return &codeError{code: exitLeaseLost, err: lerr}
+		sess.log.Error("command killed: lease lost", "node_id", inst.ID, "version", int64(inst.Version))
+		return sess.lossExit(lerr)
 	}
 
 	var forwarded syscall.Signal
@@ -297,7 +298,11 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 				// (lease file not writable) reached it before sess.lost.
 				return lost(lerr)
 			}
-			sess.log.Info("command exited", "node_id", inst.ID, "version", int64(inst.Version), "exit_code", childExitCode(werr), "after_signal", forwarded != 0)
+			level := slog.LevelInfo
+			if code != 0 {
+				level = slog.LevelWarn // it failed: not a clean stop
+			}
+			sess.log.Log(ctx, level, "command exited", "node_id", inst.ID, "version", int64(inst.Version), "exit_code", childExitCode(werr), "after_signal", forwarded != 0)
 			// A release lets the successor hard-link our files: first make
 			// sure nothing of ours writes them any more and they are durable.
 			err := stopRest()
@@ -321,7 +326,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 				return &codeError{code: code}
 			}
 			release()
-			sess.log.Info("command exited, lease released", "node_id", inst.ID, "version", int64(inst.Version), "exit_code", childExitCode(werr), "after_signal", forwarded != 0)
+			sess.log.Log(ctx, level, "command exited, lease released", "node_id", inst.ID, "version", int64(inst.Version), "exit_code", childExitCode(werr), "after_signal", forwarded != 0)
 			if code != 0 {
 				return &codeError{code: code}
 			}

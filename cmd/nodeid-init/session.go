@@ -45,6 +45,9 @@ type session struct {
 	leaseFileErr   error
 	leaseFileFails int
 	fenced         error
+	// renewFails counts failed renewal attempts since the last success,
+	// for the "renewals recovered" line.
+	renewFails int
 }
 
 // leaseOptions are the settings of commands that take a lease.
@@ -143,6 +146,20 @@ func (sess *session) handleLost(err error) {
 
 func (sess *session) handleEvent(e nodeid.Event) {
 	sess.metrics.observe(e)
+	switch e.Kind {
+	case nodeid.EventRenewalFailed:
+		sess.mu.Lock()
+		sess.renewFails++
+		sess.mu.Unlock()
+	case nodeid.EventRenewed:
+		sess.mu.Lock()
+		n := sess.renewFails
+		sess.renewFails = 0
+		sess.mu.Unlock()
+		if n > 0 {
+			sess.log.Info("renewals recovered", "node_id", e.Instance.ID, "version", int64(e.Instance.Version), "failed_attempts", n)
+		}
+	}
 	if sess.leaseFile == "" {
 		return
 	}
@@ -302,7 +319,6 @@ func dataAdvice(err error, inst nodeid.NodeInstance) string {
 	}
 	return left + ". Check --data-root, --bucket and --prefix: one data root serves one cluster"
 }
-
 
 // giveBack ends a tenure whose broker never ran. A release tells the
 // successor that nobody writes the newest data directory any more, so it may
@@ -477,4 +493,15 @@ func (sess *session) hintScaledUp(ctx context.Context) {
 		sess.log.Warn(fmt.Sprintf("the bucket has acquirable node IDs at or above this task's cluster size %d (%s): the cluster was scaled up; set NODEID_CLUSTER_SIZE=%d (and the broker's own size) to take them",
 			sess.cfg.ClusterSize, idRanges(above), above[len(above)-1]+1), "cluster_size", sess.cfg.ClusterSize)
 	}
+}
+
+// lossExit is the exit 3 of a lost tenure. The provider has logged the loss
+// ("lease lost", with its reason and cause) at ERROR: it is not repeated as
+// the final error line. A tenure ended by the lease file (see handleEvent)
+// was not logged as a loss, so its error is the final line.
+func (sess *session) lossExit(lerr error) error {
+	if perr := sess.provider.Err(); perr != nil && errors.Is(perr, nodeid.ErrLeaseLost) && perr == lerr {
+		return &codeError{code: exitLeaseLost}
+	}
+	return &codeError{code: exitLeaseLost, err: lerr}
 }
