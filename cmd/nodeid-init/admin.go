@@ -293,7 +293,7 @@ func cmdRelease(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return gerr
 	}
 	unusable := gerr == nil && !rec.Lease.Acquirable
-	if gerr == nil {
+	if gerr == nil && !unusable { // an unusable lease's holder is fenced already
 		if live, ago := liveHolder(rec, s.leaseDuration); live && !s.yes && !s.dryRun {
 			return usagef("node %d is held by %s (v%d), renewed %v ago, within its lease duration: it looks alive. A live holder keeps writing until its next renewal fails; add --yes only if it is known to be dead",
 				node, rec.Lease.TaskID, rec.Lease.Instance.Version, ago.Round(time.Second))
