@@ -102,14 +102,17 @@ func cmdBootstrap(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	where := fmt.Sprintf("s3://%s/%s", s.bucket, s.prefix)
 	plan := fmt.Sprintf("create %d lease objects in %s (%s)", len(missing), where, idRanges(missing))
-	if len(missing) == 0 {
-		plan = fmt.Sprintf("nothing to create in %s: node IDs 0..%d exist", where, s.clusterSize-1)
-	}
 	if !listing.MarkerSeen {
 		plan += ", and the cluster marker " + nodeid.MarkerKeyName
 	}
 	if s.dryRun {
-		fmt.Fprintf(stdout, "dry run: would %s\n", plan)
+		if len(missing) == 0 && listing.MarkerSeen {
+			fmt.Fprintf(stdout, "dry run: nothing to create in %s: node IDs 0..%d and the cluster marker exist\n", where, s.clusterSize-1)
+		} else if len(missing) == 0 {
+			fmt.Fprintf(stdout, "dry run: would create the cluster marker %s in %s (node IDs 0..%d exist)\n", nodeid.MarkerKeyName, where, s.clusterSize-1)
+		} else {
+			fmt.Fprintf(stdout, "dry run: would %s\n", plan)
+		}
 		return nil
 	}
 	if len(missing) > largeChange && !s.yes {
