@@ -131,9 +131,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	release := func() {
 		cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer ccancel()
-		if err := p.Close(cctx); err != nil {
-			sess.log.Warn("release failed; the lease will expire", "err", err)
-		}
+		sess.closeProvider(cctx)
 	}
 	dataDir, err := sess.prepareDataDir(acqCtx, inst)
 	if err != nil {

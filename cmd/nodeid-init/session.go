@@ -339,9 +339,7 @@ func (sess *session) giveBack(prepared bool) {
 		return
 	}
 	if prepared || sess.s.dataRoot == "" || p.PreviousGracefullyShutdown() {
-		if err := p.Close(ctx); err != nil {
-			sess.log.Warn("release failed; the lease will expire", "err", err)
-		}
+		sess.closeProvider(ctx)
 		return
 	}
 	if _, err := p.HandOff(ctx); err == nil {
@@ -504,4 +502,13 @@ func (sess *session) lossExit(lerr error) error {
 		return &codeError{code: exitLeaseLost}
 	}
 	return &codeError{code: exitLeaseLost, err: lerr}
+}
+
+// closeProvider releases the lease. A failed release write is logged by the
+// provider ("release failed; the lease will expire"); only a release that
+// did not finish in time is logged here, so no failure is logged twice.
+func (sess *session) closeProvider(ctx context.Context) {
+	if err := sess.provider.Close(ctx); err != nil && ctx.Err() != nil {
+		sess.log.Warn("release did not finish in time; the lease will expire", "err", err)
+	}
 }
