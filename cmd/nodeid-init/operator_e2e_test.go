@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodeid/nodeid/faultproxy"
 	"github.com/nodeid/nodeid/internal/s3test"
 	"github.com/nodeid/nodeid/nodeid"
 )
@@ -419,4 +420,89 @@ func TestAdminCommandsGuardsAndSuccessPaths(t *testing.T) {
 		t.Errorf("successor took %v after a forced release", took)
 	}
 	_ = idB
+}
+
+// jsonLines parses every line of out as a JSON record; a line that is not
+// JSON fails the test.
+func jsonLines(t *testing.T, out string) []map[string]any {
+	t.Helper()
+	var recs []map[string]any
+	for _, line := range strings.Split(strings.TrimRight(out, "\n"), "\n") {
+		if line == "" {
+			continue
+		}
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Errorf("not a JSON line: %q", line)
+			continue
+		}
+		recs = append(recs, rec)
+	}
+	return recs
+}
+
+// The log an operator reads: JSON only, durations as strings, a line when
+// renewals recover, a failed command at WARN, the loss once, and no SDK
+// request IDs.
+func TestOperatorLogs(t *testing.T) {
+	srv := s3test.NewFake(t)
+	proxy, err := faultproxy.Start(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	c := newCluster(t, srv, 2)
+	c.env = append(c.env, "AWS_ENDPOINT_URL_S3="+proxy.URL, "NODEID_LOG_FORMAT=json", "TMPDIR="+t.TempDir())
+
+	failing := c.start("failing", []string{"NODEID_ALLOWED_IDS=1"}, "run", "--", "sh", "-c", "exit 7")
+	if code := failing.wait(t, 20*time.Second); code != 7 {
+		t.Fatalf("exit %d, want the command's 7:\n%s", code, failing.out.String())
+	}
+	warned := false
+	for _, rec := range jsonLines(t, failing.out.String()) {
+		if strings.HasPrefix(rec["msg"].(string), "command exited") && rec["level"] == "WARN" {
+			warned = true
+		}
+		if rec["msg"] == "acquired node id" {
+			if _, ok := rec["took"].(string); !ok {
+				t.Errorf("took is not a duration string: %v", rec["took"])
+			}
+		}
+	}
+	if !warned {
+		t.Errorf("a command that exited 7 is not logged at WARN:\n%s", failing.out.String())
+	}
+
+	holder := c.runTask("holder", "NODEID_ALLOWED_IDS=0")
+	id, v, _ := holder.identity(t, 20*time.Second)
+	// Renewals fail for a moment (well within the deadline), then recover.
+	proxy.Set(faultproxy.Fault{Methods: []string{"PUT"}, Status: 500})
+	waitFor(t, 5*time.Second, "a failed renewal", func() bool { return strings.Contains(holder.out.String(), "renewal failed") })
+	proxy.Set(faultproxy.Fault{})
+	waitFor(t, 5*time.Second, "renewals recovered", func() bool { return strings.Contains(holder.out.String(), `"msg":"renewals recovered"`) })
+
+	// The lease is overwritten: exit 3, the loss logged once, no final
+	// line repeating it, no request IDs.
+	body := `{"taskId":"intruder","timestamp":` + strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10) +
+		`,"nodeInstance":{"id":` + itoa(id) + `,"version":` + itoa(v) + `},"knownVersionMappings":{"mappingsByNodeId":{}}}`
+	putObject(t, srv, "e2e/"+nodeid.LeaseKey("", id), body, map[string]string{"taskid": "intruder", "version": itoa(v), "acquirable": "true"})
+	if code := holder.wait(t, 10*time.Second); code != 3 {
+		t.Fatalf("exit %d after an overwrite, want 3:\n%s", code, holder.out.String())
+	}
+	recs := jsonLines(t, holder.out.String())
+	losses := 0
+	for _, rec := range recs {
+		if rec["msg"] == "lease lost" {
+			losses++
+		}
+		if strings.HasPrefix(rec["msg"].(string), "nodeid-init run:") {
+			t.Errorf("the loss is repeated as a final line: %v", rec)
+		}
+	}
+	if losses != 1 {
+		t.Errorf("%d \"lease lost\" records, want 1:\n%s", losses, holder.out.String())
+	}
+	if strings.Contains(holder.out.String(), "RequestID") {
+		t.Errorf("SDK request IDs in the log:\n%s", holder.out.String())
+	}
 }
