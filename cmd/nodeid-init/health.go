@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -41,7 +40,7 @@ func cmdHealth(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		path = defaultLeasePath()
 	}
 	l, err := leasefile.Read(path)
-	if errors.Is(err, fs.ErrNotExist) {
+	if errors.Is(err, leasefile.ErrNoLease) {
 		return fmt.Errorf("no lease file %s: is nodeid-init run (or acquire/renew with --lease-file) running in this container? Else set --lease-file or NODEID_LEASE_FILE", path)
 	}
 	if err != nil {
