@@ -76,6 +76,9 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 				return err
 			}
 			if s.check {
+				if len(rows) == 0 {
+					return &codeError{code: exitError, err: fmt.Errorf("check failed: no lease objects under s3://%s/%s", s.bucket, s.prefix)}
+				}
 				return checkRows(stdout, rows, s.clusterSize, size)
 			}
 		}
