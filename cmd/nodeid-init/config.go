@@ -223,6 +223,14 @@ const (
 	minInterval      = 100 * time.Millisecond
 )
 
+// flagOnly are the options a command takes from its flag alone, never from
+// the variable: a NODEID_CLUSTER_SIZE left in the shell must not resize a
+// cluster (see explicitSize).
+var flagOnly = map[string]map[string]bool{
+	"scale":     {"cluster-size": true},
+	"bootstrap": {"cluster-size": true},
+}
+
 // boolOptions are the options given as bare flags (--skip-probe), like
 // Go's flag package booleans; --skip-probe=false works too.
 var boolOptions = map[string]bool{"s3-path-style": true, "skip-probe": true}
@@ -278,6 +286,9 @@ func parseSettings(ctx context.Context, cmd string, args []string, helpOut io.Wr
 			if n == o.flag {
 				opts = append(opts, o)
 				usage := fmt.Sprintf("%s (env %s", o.usage, o.env)
+				if flagOnly[cmd][o.flag] {
+					usage = fmt.Sprintf("%s (required, on the command line only: %s is ignored here", o.usage, o.env)
+				}
 				if o.def != "" {
 					usage += ", default " + o.def
 				}

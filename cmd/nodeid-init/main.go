@@ -60,13 +60,13 @@ func commands() []command {
 		{"run", "acquire a node ID, prepare its data directory, run CMD and renew while it runs", cmdRun},
 		{"acquire", "ECS init container: acquire, prepare, write the env file and a hand-off, exit", cmdAcquire},
 		{"renew", "ECS sidecar: adopt the hand-off and renew until SIGTERM; exit 3 on loss", cmdRenew},
-		{"status", "show every node ID's lease", cmdStatus},
+		{"status", "show every node ID's lease and why it can or cannot be taken (--check: for alerting)", cmdStatus},
 		{"peers", "show every node ID's holder and address", cmdPeers},
 		{"bootstrap", "create the lease objects of a new cluster", cmdBootstrap},
 		{"scale", "grow or shrink the cluster (IDs are never deleted)", cmdScale},
 		{"release", "force-release a node ID whose holder is known to be dead", cmdRelease},
 		{"probe", "check that the endpoint enforces conditional writes", cmdProbe},
-		{"health", "exit 0 when this task's lease is valid (ECS health check)", cmdHealth},
+		{"health", "exit 0 when this task's lease is valid, or it waits for a node ID (ECS health check)", cmdHealth},
 		{"version", "print the version, commit and Go version (also --version)", cmdVersion},
 	}
 }
