@@ -121,7 +121,9 @@ func realMain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	case "--version", "-version":
 		args = append([]string{"version"}, args[1:]...)
 	}
-	inv := &invocation{}
+	// Until the command has read its settings (a bad flag ends it before),
+	// the variable decides the format of the final error line.
+	inv := &invocation{logFormat: strings.TrimSpace(os.Getenv("NODEID_LOG_FORMAT"))}
 	ctx = context.WithValue(ctx, invocationKey{}, inv)
 	for _, c := range commands() {
 		if c.name == args[0] {

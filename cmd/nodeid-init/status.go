@@ -67,7 +67,6 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if err != nil {
 			// During an S3 incident: show it and keep going.
 			fmt.Fprintf(stdout, "refresh failed: %s\n", oneLine(err))
-			log.Warn("status refresh failed; retrying", "err", err)
 		} else {
 			if len(rows) == 0 {
 				warnEmpty(log, s)
