@@ -119,6 +119,11 @@ func TestStartLosesPortRace(t *testing.T) {
 	if g.URL == "http://"+foreignAddr {
 		t.Fatalf("Start returned the foreign server's address %s", foreignAddr)
 	}
+	// The mechanism: the first gateway died of the taken port, after the
+	// foreign server had already answered.
+	if b, err := os.ReadFile(filepath.Join(dir, "versitygw-0.log")); err != nil || !strings.Contains(string(b), "address already in use") {
+		t.Errorf("first attempt's log does not show the lost port race (%v):\n%s", err, b)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if err := g.CreateBucket(ctx, "ours"); err != nil {
