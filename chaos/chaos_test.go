@@ -32,13 +32,17 @@ func TestChaosShortSubset(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	// The build has its own bound; each experiment is bounded by its own
+	// Timeout (Run), so a slow build or a loaded machine does not eat into
+	// the last experiment's time.
+	bctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	nodeInit, broker, err := Build(ctx, dir)
+	nodeInit, broker, err := Build(bctx, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
+	ctx := t.Context()
 	cfg := Config{NodeInit: nodeInit, Broker: broker, Versity: versity, WorkDir: dir, Keep: true, Logf: t.Logf}
 	var results []*Result
 	for _, e := range Experiments() {
