@@ -609,8 +609,8 @@ func TestBadInputGetsOneLineAndTheDocumentedCode(t *testing.T) {
 	if l, err := c.repo().List(context.Background()); err != nil || len(l.Slots) != 0 {
 		t.Errorf("bad input wrote lease objects: %+v %v", l.Slots, err)
 	}
-	if entries, _ := os.ReadDir(c.root); len(entries) != 0 {
-		t.Errorf("bad input wrote to the data root: %v", entries)
+	if entries, err := os.ReadDir(c.root); err != nil || len(entries) != 0 {
+		t.Errorf("bad input wrote to the data root: %v %v", entries, err)
 	}
 	if outs, _ := filepath.Glob(filepath.Join(tmplDir, "*.out")); len(outs) != 0 {
 		t.Errorf("bad input rendered templates: %v", outs)
