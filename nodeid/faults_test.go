@@ -77,7 +77,7 @@ func TestBlackholedHolderIsFencedBeforeItsLeaseExpiresForOthers(t *testing.T) {
 func TestLostAnswerOfALandedRenewalIsNotALoss(t *testing.T) {
 	forEachServer(t, func(t *testing.T, srv *s3test.Server) {
 		proxy := startProxy(t, srv)
-		cfg, book := withLogBook(t, fastConfig(t, "holder", 1, nil))
+		cfg, book := withLogBook(t, roomyConfig(t, "holder", 1, nil))
 		holder := newProvider(t, newRepo(t, srv, proxy.URL), cfg)
 		inst := acquire(t, holder, 5*time.Second)
 		before := proxy.Stats().Dropped
@@ -112,7 +112,7 @@ func TestConflictIsRetried(t *testing.T) {
 	// Cluster size 1: the refresh loop reads no peer, so every Get after
 	// the acquisition is a reconcile's.
 	repo := newCountingRepo(newRepo(t, srv, proxy.URL))
-	cfg := fastConfig(t, "holder", 1, nil)
+	cfg := roomyConfig(t, "holder", 1, nil)
 	var conflicts atomic.Int64
 	cfg.OnEvent = func(e nodeid.Event) {
 		if e.Kind == nodeid.EventRenewalFailed && errors.Is(e.Err, nodeid.ErrConflict) {

@@ -95,6 +95,16 @@ func fastConfig(t testing.TB, taskID string, size int, lost *lossRecorder) nodei
 	return cfg
 }
 
+// roomyConfig is fastConfig with room for a stalled machine, for tests whose
+// subject is not timing: a holder survives a stall of up to L - m - R = 6 s
+// instead of 1.1 s. Not for a cluster whose marker records a shorter lease
+// (Initialize with 2 s): Acquire refuses a longer one.
+func roomyConfig(t testing.TB, taskID string, size int, lost *lossRecorder) nodeid.Config {
+	cfg := fastConfig(t, taskID, size, lost)
+	cfg.LeaseDuration, cfg.RenewInterval, cfg.SafetyMargin, cfg.RequestTimeout = 8*time.Second, time.Second, time.Second, 800*time.Millisecond
+	return cfg
+}
+
 func newProvider(t testing.TB, repo nodeid.Repository, cfg nodeid.Config) *nodeid.Provider {
 	t.Helper()
 	p, err := nodeid.NewProvider(repo, cfg)

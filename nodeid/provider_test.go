@@ -115,11 +115,11 @@ func TestWaiterTakesReleasedIDAtOnce(t *testing.T) {
 		repo := newRepo(t, srv, "")
 		holders := make([]*nodeid.Provider, 3)
 		for i := range holders {
-			holders[i] = newProvider(t, repo, fastConfig(t, fmt.Sprintf("holder-%d", i), 3, nil))
+			holders[i] = newProvider(t, repo, roomyConfig(t, fmt.Sprintf("holder-%d", i), 3, nil))
 			acquire(t, holders[i], 10*time.Second)
 		}
 		wrepo := newCountingRepo(repo)
-		waiter := newProvider(t, wrepo, fastConfig(t, "waiter", 3, nil))
+		waiter := newProvider(t, wrepo, roomyConfig(t, "waiter", 3, nil))
 		type result struct {
 			inst nodeid.NodeInstance
 			err  error
@@ -152,8 +152,8 @@ func TestWaiterTakesReleasedIDAtOnce(t *testing.T) {
 		// "At once": taken as a release, not after an expiry, with the
 		// waiter's first conditional PUT, at its next poll. Counted in
 		// listings, not time: a poll in flight, the next one, and the
-		// survey of versions before a take (expiry would take L / poll
-		// interval = 20).
+		// survey of versions before a take (an expiry would take more than
+		// L / poll interval = 80).
 		t.Logf("waiter took it %v after the release", r.at.Sub(closedAt).Round(time.Millisecond))
 		if n := wrepo.count("list") - lists; n > 3 {
 			t.Errorf("waiter listed %d times after the release before taking it, want at most 3", n)
@@ -173,7 +173,7 @@ func TestWaiterTakesReleasedIDAtOnce(t *testing.T) {
 func TestCloseReleasesKeepingTheVersion(t *testing.T) {
 	forEachServer(t, func(t *testing.T, srv *s3test.Server) {
 		repo := newRepo(t, srv, "")
-		p := newProvider(t, repo, fastConfig(t, "t1", 1, nil))
+		p := newProvider(t, repo, roomyConfig(t, "t1", 1, nil))
 		inst := acquire(t, p, 5*time.Second)
 		if err := p.Close(context.Background()); err != nil {
 			t.Fatal(err)
@@ -358,7 +358,7 @@ func TestAllowedIDsAreRespected(t *testing.T) {
 	srv := s3test.NewFake(t)
 	repo := newRepo(t, srv, "")
 	for i, want := range []int{4, 2} {
-		cfg := fastConfig(t, fmt.Sprintf("even-%d", i), 6, nil)
+		cfg := roomyConfig(t, fmt.Sprintf("even-%d", i), 6, nil)
 		cfg.AllowedIDs = []int{2, 4}
 		if i == 0 {
 			cfg.AllowedIDs = []int{4}
@@ -511,8 +511,8 @@ func TestProviderAfterCloseRefusesToAcquire(t *testing.T) {
 func TestCloseWhileAcquiringStopsTheWait(t *testing.T) {
 	srv := s3test.NewFake(t)
 	repo := newRepo(t, srv, "")
-	acquire(t, newProvider(t, repo, fastConfig(t, "holder", 1, nil)), 5*time.Second)
-	cfg, book := withLogBook(t, fastConfig(t, "waiter", 1, nil))
+	acquire(t, newProvider(t, repo, roomyConfig(t, "holder", 1, nil)), 5*time.Second)
+	cfg, book := withLogBook(t, roomyConfig(t, "waiter", 1, nil))
 	w := newProvider(t, repo, cfg)
 	errc := make(chan error, 1)
 	go func() { _, err := w.Acquire(context.Background()); errc <- err }()
