@@ -105,6 +105,13 @@ func roomyConfig(t testing.TB, taskID string, size int, lost *lossRecorder) node
 	return cfg
 }
 
+// doubled is cfg with L, R, m and T twice as long (L = 4 s from fastConfig):
+// room for a 2.2 s stall, for tests that must still wait out an expiry.
+func doubled(cfg nodeid.Config) nodeid.Config {
+	cfg.LeaseDuration, cfg.RenewInterval, cfg.SafetyMargin, cfg.RequestTimeout = 2*cfg.LeaseDuration, 2*cfg.RenewInterval, 2*cfg.SafetyMargin, 2*cfg.RequestTimeout
+	return cfg
+}
+
 func newProvider(t testing.TB, repo nodeid.Repository, cfg nodeid.Config) *nodeid.Provider {
 	t.Helper()
 	p, err := nodeid.NewProvider(repo, cfg)
