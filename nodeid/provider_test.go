@@ -28,7 +28,7 @@ func TestRacingProvidersGetDistinctIDs(t *testing.T) {
 			forEachServer(t, func(t *testing.T, srv *s3test.Server) {
 				repo := newRepo(t, srv, "")
 				if tc.bootstrap {
-					if err := nodeid.Initialize(context.Background(), repo, n, "bootstrap", 4*time.Second); err != nil {
+					if err := nodeid.Initialize(context.Background(), repo, n, "bootstrap", 8*time.Second); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -39,16 +39,19 @@ func TestRacingProvidersGetDistinctIDs(t *testing.T) {
 					// Longer timings than fastConfig: 50 tasks on a
 					// loaded machine must not see request timeouts
 					// (a take that timed out but landed is taken again
-					// at v2 once it expires). The refresh loop is
-					// pushed out: its reads are not acquisition cost.
+					// at v2 once it expires), nor lose their leases to
+					// a stall of a few seconds (L - m - R = 6 s). The
+					// refresh loop is pushed out: its reads are not
+					// acquisition cost.
 					cfg := fastConfig(t, fmt.Sprintf("task-%d", i), n, nil)
-					cfg.LeaseDuration, cfg.RenewInterval, cfg.SafetyMargin, cfg.RequestTimeout = 4*time.Second, 1200*time.Millisecond, 800*time.Millisecond, time.Second
+					cfg.LeaseDuration, cfg.RenewInterval, cfg.SafetyMargin, cfg.RequestTimeout = 8*time.Second, 1200*time.Millisecond, 800*time.Millisecond, time.Second
 					cfg.MappingsRefreshInterval = time.Minute
 					counters[i] = newCountingRepo(repo)
 					providers[i] = newProvider(t, counters[i], cfg)
 				}
 				got := make([]nodeid.NodeInstance, n)
 				errs := make([]error, n)
+				valid := make([]bool, n)
 				var wg sync.WaitGroup
 				start := make(chan struct{})
 				for i, p := range providers {
@@ -59,6 +62,7 @@ func TestRacingProvidersGetDistinctIDs(t *testing.T) {
 						ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 						defer cancel()
 						got[i], errs[i] = p.Acquire(ctx)
+						valid[i] = p.Valid()
 						counters[i].freeze() // what follows is not acquisition
 					}()
 				}
@@ -76,7 +80,7 @@ func TestRacingProvidersGetDistinctIDs(t *testing.T) {
 					if inst.Version != 1 || inst.ID < 0 || inst.ID >= n {
 						t.Errorf("task-%d got %v, want version 1 of an ID in 0..%d", i, inst, n-1)
 					}
-					if !providers[i].Valid() {
+					if !valid[i] {
 						t.Errorf("task-%d: lease not valid right after acquisition", i)
 					}
 				}

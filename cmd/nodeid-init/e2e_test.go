@@ -541,6 +541,7 @@ func TestBadInputGetsOneLineAndTheDocumentedCode(t *testing.T) {
 		return p + ":" + filepath.Join(tmplDir, name+".out")
 	}
 	okTmpl, _, _ := strings.Cut(tmpl("ok.tmpl", "ok"), ":")
+	slowS3 := []string{"NODEID_LEASE_DURATION=8s", "NODEID_RENEW_INTERVAL=2s"}
 	cases := []struct {
 		name string
 		env  []string
@@ -565,8 +566,10 @@ func TestBadInputGetsOneLineAndTheDocumentedCode(t *testing.T) {
 		{"bad data preset flag", nil, []string{"acquire", "--data-preset", "Zeebe"}, 2, "--data-preset"},
 		{"bad log format", []string{"NODEID_LOG_FORMAT=xml"}, []string{"run", "--", "true"}, 2, "NODEID_LOG_FORMAT"},
 		{"bad metrics address", []string{"NODEID_METRICS_ADDR=nonsense"}, []string{"run", "--", "true"}, 2, "NODEID_METRICS_ADDR"},
-		{"wrong credentials", []string{"AWS_SECRET_ACCESS_KEY=wrong"}, []string{"run", "--", "true"}, 2, "access denied"},
-		{"no such bucket", []string{"NODEID_BUCKET=no-such-bucket-here"}, []string{"run", "--", "true"}, 2, "NoSuchBucket"},
+		// These reach S3: a request timeout (R = 500 ms here) on a loaded
+		// machine would be a transient error (exit 1), so they get room.
+		{"wrong credentials", append(slowS3, "AWS_SECRET_ACCESS_KEY=wrong"), []string{"run", "--", "true"}, 2, "access denied"},
+		{"no such bucket", append(slowS3, "NODEID_BUCKET=no-such-bucket-here"), []string{"run", "--", "true"}, 2, "NoSuchBucket"},
 		{"unreachable endpoint", []string{"AWS_ENDPOINT_URL_S3=http://127.0.0.1:1"}, []string{"run", "--", "true"}, 1, "127.0.0.1:1"},
 		{"unknown command", nil, []string{"frobnicate"}, 2, "unknown command"},
 		{"release without force", nil, []string{"release", "--node", "1"}, 2, "--force"},
