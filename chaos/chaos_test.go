@@ -2,21 +2,21 @@ package chaos
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nodeid/nodeid/internal/versitygw"
 )
 
-// inCI reports whether CI asks for mandatory integration tests (CI=true,
-// or any value but empty, 0 and false).
-func inCI() bool {
-	switch strings.ToLower(os.Getenv("CI")) {
-	case "", "0", "false":
-		return false
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if line := versitygw.SkipSummary(); line != "" {
+		fmt.Fprintln(os.Stderr, line)
 	}
-	return true
+	os.Exit(code)
 }
 
 // TestChaosShortSubset runs the experiments marked Short (lease overwrite,
@@ -24,23 +24,25 @@ func inCI() bool {
 // fails on any unmet expectation or invariant violation. It is what CI runs
 // of the chaos suite on every change; `make chaos` runs all of it.
 func TestChaosShortSubset(t *testing.T) {
-	if testing.Short() {
-		t.Skip("chaos experiments take about 15 s; skipped with -short")
-	}
-	versity, err := FindVersity()
-	if errors.Is(err, ErrNoVersity) && !inCI() {
-		t.Skip(err)
+	versity, skip, err := versitygw.ForTest()
+	if skip != "" {
+		versitygw.NoteSkip(t.Name())
+		t.Skip(skip)
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	// The build has its own bound; each experiment is bounded by its own
+	// Timeout (Run), so a slow build or a loaded machine does not eat into
+	// the last experiment's time.
+	bctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	nodeInit, broker, err := Build(ctx, dir)
+	nodeInit, broker, err := Build(bctx, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
+	ctx := t.Context()
 	cfg := Config{NodeInit: nodeInit, Broker: broker, Versity: versity, WorkDir: dir, Keep: true, Logf: t.Logf}
 	var results []*Result
 	for _, e := range Experiments() {

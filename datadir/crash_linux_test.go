@@ -103,8 +103,7 @@ func TestKilledMidCopy(t *testing.T) {
 		cmd.Process.Kill()
 		t.Fatal("child did not start copying")
 	}
-	// The child sleeps 1ms per file: ~400ms in all. Kill it on the way.
-	time.Sleep(40 * time.Millisecond)
+	// The child stops half-way through the copy and waits for the kill.
 	if err := cmd.Process.Signal(unix.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -130,15 +129,16 @@ func TestKilledMidCopy(t *testing.T) {
 	}
 }
 
-// crashChild prepares node-0/v2 slowly and announces on stdout when the copy
-// has started; the parent kills it.
+// crashChild prepares node-0/v2, announces on stdout when half of the copy
+// is done, and stops there until the parent kills it: mid-copy however
+// slowly either process runs.
 func crashChild(root string) {
 	n := 0
 	testHookFile = func(string) {
-		if n++; n == 2 {
+		if n++; n == 200 { // of the 400 files TestKilledMidCopy makes
 			fmt.Println("copying")
+			time.Sleep(time.Hour)
 		}
-		time.Sleep(time.Millisecond)
 	}
 	_, _, err := Prepare(context.Background(), root, inst(0, 2), Options{Logger: quiet, Tenure: "task-1"})
 	fmt.Fprintln(os.Stderr, "crash child: Prepare returned before it was killed:", err)

@@ -370,7 +370,9 @@ func Prepare(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 	}
 
 	if claim {
-		if err := claimOwner(rootDir, root, cfg.cluster, log); err != nil {
+		// Another preparation of this cluster may claim it first; then
+		// this one is not the claimer, and collects as usual.
+		if claim, err = claimOwner(rootDir, root, cfg.cluster, log); err != nil {
 			return "", Result{}, err
 		}
 	}

@@ -87,40 +87,42 @@ func checkOwner(root *os.Root, rootPath string, c Cluster) (claim bool, err erro
 	return false, nil
 }
 
-// claimOwner writes OwnerName. The content is written to a temporary file
-// first and linked into place, so the file appears complete or not at all,
-// and two clusters claiming at once cannot both win.
-func claimOwner(root *os.Root, rootPath string, c Cluster, log *slog.Logger) error {
+// claimOwner writes OwnerName and reports whether this call wrote it. The
+// content is written to a temporary file first and linked into place, so
+// the file appears complete or not at all, and two clusters claiming at once
+// cannot both win.
+func claimOwner(root *os.Root, rootPath string, c Cluster, log *slog.Logger) (bool, error) {
 	b, err := json.Marshal(c)
 	if err != nil {
-		return err
+		return false, err
 	}
 	var rnd [8]byte
 	_, _ = rand.Read(rnd[:])
 	tmp := "." + OwnerName + "." + hex.EncodeToString(rnd[:])
 	dir, err := root.Open(".")
 	if err != nil {
-		return fmt.Errorf("datadir: %w", err)
+		return false, fmt.Errorf("datadir: %w", err)
 	}
 	defer dir.Close()
 	if err := createFile(dir, tmp, b); err != nil {
-		return fmt.Errorf("datadir: writing %s: %w", filepath.Join(rootPath, tmp), err)
+		return false, fmt.Errorf("datadir: writing %s: %w", filepath.Join(rootPath, tmp), err)
 	}
 	defer root.Remove(tmp)
 	switch err := root.Link(tmp, OwnerName); {
 	case errors.Is(err, fs.ErrExist):
-		// Claimed meanwhile: by us or by someone else.
+		// Claimed meanwhile: by our cluster (fine, not by us) or by
+		// another (refused).
 		_, err := checkOwner(root, rootPath, c)
-		return err
+		return false, err
 	case err != nil:
-		return fmt.Errorf("datadir: %w", err)
+		return false, fmt.Errorf("datadir: %w", err)
 	}
 	if err := dir.Sync(); err != nil {
-		return fmt.Errorf("datadir: %w", err)
+		return false, fmt.Errorf("datadir: %w", err)
 	}
 	log.Info("datadir: data root claimed for this cluster", "root", rootPath, "cluster", c.String(),
 		"adopted", hasNodeDirs(root))
-	return nil
+	return true, nil
 }
 
 // hasNodeDirs reports whether the root already held node directories when it

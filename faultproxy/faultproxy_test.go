@@ -258,15 +258,12 @@ func TestBlackholeClose(t *testing.T) {
 		}()
 	}
 	waitFor(t, func() bool { return p.Stats().Blackholed == 3 })
-	closed := time.Now()
 	p.Close()
 	for range 3 {
-		if err := <-errc; err == nil {
-			t.Error("held request succeeded after Close")
+		// Failed by Close, not by the client giving up.
+		if err := <-errc; err == nil || isTimeout(err) {
+			t.Errorf("held request after Close: %v, want a failure other than a timeout", err)
 		}
-	}
-	if d := time.Since(closed); d > 2*time.Second {
-		t.Errorf("held requests took %v to fail after Close", d)
 	}
 	p.Close() // idempotent
 	b.CloseClientConnections()
@@ -282,17 +279,17 @@ func TestLatency(t *testing.T) {
 		if _, _, err := do(t, "PUT", p.URL+"/k", "x", 5*time.Second); err != nil {
 			t.Fatal(err)
 		}
-		if d := time.Since(t0); d < 100*time.Millisecond || d > time.Second {
-			t.Errorf("PUT took %v, want 100-150ms plus a little", d)
+		// A lower bound only: a loaded machine may add any delay.
+		if d := time.Since(t0); d < 100*time.Millisecond {
+			t.Errorf("PUT took %v, want at least the 100ms latency", d)
 		}
 	}
-	t0 := time.Now()
-	do(t, "GET", p.URL+"/k", "", 5*time.Second)
-	if d := time.Since(t0); d > 90*time.Millisecond {
-		t.Errorf("GET took %v though the fault is for PUT only", d)
+	if _, _, err := do(t, "GET", p.URL+"/k", "", 5*time.Second); err != nil {
+		t.Fatal(err)
 	}
-	if st := p.Stats(); st.Delayed != 3 {
-		t.Errorf("Delayed = %d, want 3", st.Delayed)
+	// The GET was not delayed: the proxy counts each delay it applies.
+	if st := p.Stats(); st.Delayed != 3 || st.ByMethod["GET"] != 1 {
+		t.Errorf("Delayed = %d after 3 PUTs and %d GET, want 3: the fault is for PUT only", st.Delayed, st.ByMethod["GET"])
 	}
 }
 

@@ -116,9 +116,17 @@ func TestWatchdogFencesWhileARenewalHangs(t *testing.T) {
 	holderClock := clock.NewFake(epoch)
 	lost := newLossRecorder()
 	cfg := fakeClockConfig(t, "holder", holderClock)
-	cfg.OnLost = lost.onLost
-	cfg.RequestTimeout = 400 * time.Millisecond
-	p := newProvider(t, newRepo(t, srv, proxy.URL), cfg)
+	// L, R and m count on the fake clock; the request timeout is a real
+	// context timeout, long so the renewal still hangs when the watchdog
+	// fires, even on a loaded machine.
+	cfg.LeaseDuration, cfg.RenewInterval, cfg.SafetyMargin, cfg.RequestTimeout = 40*time.Second, 15*time.Second, 2*time.Second, 10*time.Second
+	var p *nodeid.Provider
+	failuresAtLoss := make(chan int64, 1)
+	cfg.OnLost = func(err error) {
+		failuresAtLoss <- p.Stats().RenewalFailures
+		lost.onLost(err)
+	}
+	p = newProvider(t, newRepo(t, srv, proxy.URL), cfg)
 	acquire(t, p, 5*time.Second)
 
 	// Renew loop, watchdog and mappings refresh each arm a timer.
@@ -142,7 +150,15 @@ func TestWatchdogFencesWhileARenewalHangs(t *testing.T) {
 		if !strings.Contains(err.Error(), "self-fence deadline") {
 			t.Fatalf("loss reason %v", err)
 		}
-	case <-time.After(300 * time.Millisecond): // less than the hanging request's timeout
+	case <-time.After(cfg.RequestTimeout):
 		t.Fatal("watchdog did not fire while the renewal hung")
+	}
+	// The renewal had not returned when the tenure ended: it was the
+	// watchdog, not the renewal's failure, that fenced the holder.
+	if n := <-failuresAtLoss; n != 0 {
+		t.Fatalf("%d renewal failures before the loss: the renewal had stopped hanging", n)
+	}
+	if proxy.Stats().Blackholed != 1 {
+		t.Errorf("proxy stats %+v, want one blackholed renewal", proxy.Stats())
 	}
 }

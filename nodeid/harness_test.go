@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"strings"
 	"sync"
@@ -94,6 +95,23 @@ func fastConfig(t testing.TB, taskID string, size int, lost *lossRecorder) nodei
 	return cfg
 }
 
+// roomyConfig is fastConfig with room for a stalled machine, for tests whose
+// subject is not timing: a holder survives a stall of up to L - m - R = 6 s
+// instead of 1.1 s. Not for a cluster whose marker records a shorter lease
+// (Initialize with 2 s): Acquire refuses a longer one.
+func roomyConfig(t testing.TB, taskID string, size int, lost *lossRecorder) nodeid.Config {
+	cfg := fastConfig(t, taskID, size, lost)
+	cfg.LeaseDuration, cfg.RenewInterval, cfg.SafetyMargin, cfg.RequestTimeout = 8*time.Second, time.Second, time.Second, 800*time.Millisecond
+	return cfg
+}
+
+// doubled is cfg with L, R, m and T twice as long (L = 4 s from fastConfig):
+// room for a 2.2 s stall, for tests that must still wait out an expiry.
+func doubled(cfg nodeid.Config) nodeid.Config {
+	cfg.LeaseDuration, cfg.RenewInterval, cfg.SafetyMargin, cfg.RequestTimeout = 2*cfg.LeaseDuration, 2*cfg.RenewInterval, 2*cfg.SafetyMargin, 2*cfg.RequestTimeout
+	return cfg
+}
+
 func newProvider(t testing.TB, repo nodeid.Repository, cfg nodeid.Config) *nodeid.Provider {
 	t.Helper()
 	p, err := nodeid.NewProvider(repo, cfg)
@@ -178,4 +196,135 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// countingRepo counts the calls of one task's provider by kind, around a
+// real repository. A Write whose ETag is one this wrapper's own Writes
+// returned rewrites our own lease (a renewal or a release); any other Write
+// is a take (Create makes never-held objects, taken by a Write). Counting calls, not HTTP requests, leaves out SDK retries.
+type countingRepo struct {
+	nodeid.Repository
+	mu     sync.Mutex
+	calls  map[string]int
+	ours   map[string]bool
+	frozen bool // stop counting (the phase under test is over)
+}
+
+func newCountingRepo(r nodeid.Repository) *countingRepo {
+	return &countingRepo{Repository: r, calls: map[string]int{}, ours: map[string]bool{}}
+}
+
+func (c *countingRepo) note(kind string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.frozen {
+		c.calls[kind]++
+	}
+}
+
+// count returns the calls of the given kinds so far.
+func (c *countingRepo) count(kinds ...string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, k := range kinds {
+		n += c.calls[k]
+	}
+	return n
+}
+
+func (c *countingRepo) snapshot() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.calls)
+}
+
+func (c *countingRepo) freeze() {
+	c.mu.Lock()
+	c.frozen = true
+	c.mu.Unlock()
+}
+
+func (c *countingRepo) List(ctx context.Context) (nodeid.Listing, error) {
+	c.note("list")
+	return c.Repository.List(ctx)
+}
+
+func (c *countingRepo) Get(ctx context.Context, id int) (nodeid.Record, error) {
+	c.note("get")
+	return c.Repository.Get(ctx, id)
+}
+
+func (c *countingRepo) Marker(ctx context.Context) (nodeid.ClusterMarker, error) {
+	c.note("marker")
+	return c.Repository.Marker(ctx)
+}
+
+func (c *countingRepo) CreateMarker(ctx context.Context, m nodeid.ClusterMarker) error {
+	c.note("create-marker")
+	return c.Repository.CreateMarker(ctx, m)
+}
+
+func (c *countingRepo) Create(ctx context.Context, l nodeid.Lease) (string, error) {
+	c.note("create")
+	return c.Repository.Create(ctx, l)
+}
+
+func (c *countingRepo) Write(ctx context.Context, l nodeid.Lease, etag string) (string, error) {
+	c.mu.Lock()
+	kind := "take"
+	if c.ours[etag] {
+		kind = "rewrite"
+	}
+	c.mu.Unlock()
+	c.note(kind)
+	etag, err := c.Repository.Write(ctx, l, etag)
+	c.own(etag, err)
+	return etag, err
+}
+
+func (c *countingRepo) own(etag string, err error) {
+	if err == nil && etag != "" {
+		c.mu.Lock()
+		c.ours[etag] = true
+		c.mu.Unlock()
+	}
+}
+
+// logBook keeps a provider's log lines, so a test can wait for the line
+// that shows a code path ran.
+type logBook struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (b *logBook) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	b.lines = append(b.lines, strings.Split(strings.TrimRight(string(p), "\n"), "\n")...)
+	b.mu.Unlock()
+	return len(p), nil
+}
+
+// count returns how many lines contain s.
+func (b *logBook) count(s string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	for _, l := range b.lines {
+		if strings.Contains(l, s) {
+			n++
+		}
+	}
+	return n
+}
+
+// withLogBook makes cfg's logger write to a new logBook too.
+func withLogBook(t testing.TB, cfg nodeid.Config) (nodeid.Config, *logBook) {
+	b := &logBook{}
+	var w io.Writer = testWriter{t}
+	if os.Getenv("NODEID_TEST_LOG") != "" {
+		w = os.Stderr
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(io.MultiWriter(w, b), &slog.HandlerOptions{Level: slog.LevelDebug}))
+	return cfg, b
 }

@@ -47,7 +47,11 @@ func TestBadInputOfRunLeavesNothingInTMPDIR(t *testing.T) {
 			if code != 2 || len(lines) != 1 {
 				t.Fatalf("exit %d, stderr:\n%s", code, stderr.String())
 			}
-			if entries, _ := os.ReadDir(tmp); len(entries) != 0 {
+			entries, err := os.ReadDir(tmp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(entries) != 0 {
 				var names []string
 				for _, e := range entries {
 					names = append(names, e.Name())

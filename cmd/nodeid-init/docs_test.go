@@ -62,7 +62,7 @@ func TestDocsMatchTheCode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	testOnly := map[string]bool{"NODEID_TEST_CLOCK_OFFSET": true, "NODEID_VERSITYGW": true}
+	testOnly := map[string]bool{"NODEID_TEST_CLOCK_OFFSET": true, "NODEID_VERSITYGW": true, "NODEID_SKIP_INTEGRATION": true}
 	varRe := regexp.MustCompile(`NODEID_[A-Z0-9_]+`)
 	cmdRe := regexp.MustCompile(`(?:^|[\s$(])nodeid-init ([a-z]+)((?: +--?[a-z][a-z0-9-]*(?:[ =][^ -][^ ]*)?)*)`)
 	flagRe := regexp.MustCompile(`--?([a-z][a-z0-9-]*)`)

@@ -114,8 +114,8 @@ func TestControlCharactersAreRefused(t *testing.T) {
 			if entries, _ := os.ReadDir(dir); len(entries) != 1 {
 				t.Errorf("files written: %v", entries)
 			}
-			if entries, _ := os.ReadDir(nl); len(entries) != 0 {
-				t.Errorf("data root written: %v", entries)
+			if entries, err := os.ReadDir(nl); err != nil || len(entries) != 0 {
+				t.Errorf("data root written: %v %v", entries, err)
 			}
 			if rec, err := c.repo().Get(t.Context(), 0); err == nil && rec.Lease.Held() {
 				t.Errorf("lease taken: %+v", rec.Lease)

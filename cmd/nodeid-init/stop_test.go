@@ -77,7 +77,10 @@ func assertStill(t *testing.T, path string) {
 		t.Fatal(err)
 	}
 	time.Sleep(300 * time.Millisecond)
-	after, _ := os.Stat(path)
+	after, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if after.Size() != before.Size() {
 		t.Errorf("%s grew from %d to %d bytes after nodeid-init exited", path, before.Size(), after.Size())
 	}
@@ -102,7 +105,7 @@ func TestRunKillsWhatTheCommandLeftBeforeReleasing(t *testing.T) {
 	holder.identity(t, 20*time.Second)
 	bg, daemon := helperPID(t, c, "bg"), helperPID(t, c, "daemon")
 	waiter := c.runTask("waiter")
-	time.Sleep(500 * time.Millisecond)
+	waitFor(t, 20*time.Second, "the waiter to wait", func() bool { return strings.Contains(waiter.out.String(), "no node id free, waiting") })
 
 	if err := os.WriteFile(goFile, nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -119,7 +122,10 @@ func TestRunKillsWhatTheCommandLeftBeforeReleasing(t *testing.T) {
 	if v != 2 || !graceful {
 		t.Fatalf("waiter got v%d graceful=%v, want v2 after a release", v, graceful)
 	}
-	v1, _ := os.Stat(filepath.Join(c.root, "node-0", "v1", "bg.log"))
+	v1, err := os.Stat(filepath.Join(c.root, "node-0", "v1", "bg.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	v2, err := os.Stat(filepath.Join(c.root, "node-0", "v2", "bg.log"))
 	if err != nil || !os.SameFile(v1, v2) {
 		t.Fatalf("v2/bg.log is not a hard link of v1's (%v)", err)

@@ -1,10 +1,8 @@
 package s3test
 
 import (
-	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"sync"
 	"testing"
 
@@ -36,6 +34,9 @@ func VersityMain(m *testing.M) {
 	shared.Unlock()
 
 	code := m.Run()
+	if line := versitygw.SkipSummary(); line != "" {
+		fmt.Fprintln(os.Stderr, line)
+	}
 
 	shared.Lock()
 	if shared.gw != nil {
@@ -52,9 +53,9 @@ func VersityMain(m *testing.M) {
 // shared by the package's tests; otherwise each call starts its own process,
 // stopped when the test ends.
 //
-// If the binary cannot be found the test is skipped, unless the CI
-// environment variable is set to a true value: integration tests must run
-// under CI, so there it fails instead.
+// If the binary cannot be found it is installed; if that fails the test
+// fails. The test skips only when NODEID_SKIP_INTEGRATION is set and CI is
+// not (see versitygw.ForTest).
 func StartVersity(t testing.TB) *Server {
 	t.Helper()
 	var gw *versitygw.Gateway
@@ -84,6 +85,7 @@ func StartVersity(t testing.TB) *Server {
 		err, skip := shared.err, shared.skip
 		shared.Unlock()
 		if skip != "" {
+			versitygw.NoteSkip(t.Name())
 			t.Skip(skip)
 		}
 		if err != nil {
@@ -96,6 +98,7 @@ func StartVersity(t testing.TB) *Server {
 			t.Fatalf("s3test: %v", err)
 		}
 		if skip != "" {
+			versitygw.NoteSkip(t.Name())
 			t.Skip(skip)
 		}
 		gw, err = versitygw.Start(bin, t.TempDir())
@@ -124,29 +127,6 @@ func StartVersity(t testing.TB) *Server {
 	return s
 }
 
-// findVersity returns the path of the versitygw binary, or a reason to skip,
-// or an error when the binary is required (CI) or explicitly configured but
-// unusable.
-func findVersity() (bin, skip string, err error) {
-	bin, err = versitygw.Find()
-	switch {
-	case err == nil:
-		return bin, "", nil
-	case !errors.Is(err, versitygw.ErrNotInstalled):
-		return "", "", err
-	case inCI():
-		return "", "", fmt.Errorf("%v (CI is set, so integration tests may not be skipped)", err)
-	}
-	return "", err.Error(), nil
-}
-
-// inCI reports whether the CI environment variable asks for mandatory
-// integration tests. CI systems set CI=true; any value other than empty,
-// "0" or "false" counts.
-func inCI() bool {
-	switch strings.ToLower(os.Getenv("CI")) {
-	case "", "0", "false":
-		return false
-	}
-	return true
-}
+// findVersity returns the path of the versitygw binary (installing it when
+// missing), or a reason to skip (NODEID_SKIP_INTEGRATION), or an error.
+func findVersity() (bin, skip string, err error) { return versitygw.ForTest() }

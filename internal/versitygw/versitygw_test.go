@@ -3,6 +3,7 @@ package versitygw
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -12,16 +13,66 @@ import (
 	"time"
 )
 
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if line := SkipSummary(); line != "" {
+		fmt.Fprintln(os.Stderr, line)
+	}
+	os.Exit(code)
+}
+
 func findOrSkip(t *testing.T) string {
 	t.Helper()
-	bin, err := Find()
-	if errors.Is(err, ErrNotInstalled) && os.Getenv("CI") == "" {
-		t.Skip(err)
+	bin, skip, err := ForTest()
+	if skip != "" {
+		NoteSkip(t.Name())
+		t.Skip(skip)
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
 	return bin
+}
+
+// TestPolicy: the tests needing VersityGW skip only when opted out, never
+// under CI, and install the binary when it is missing.
+func TestPolicy(t *testing.T) {
+	found := func() (string, error) { return "/bin/versitygw", nil }
+	missing := func() (string, error) { return "", ErrNotInstalled }
+	noInstall := func() error { t.Error("install called"); return nil }
+	for _, tc := range []struct {
+		name       string
+		ci, optOut bool
+		find       func() (string, error)
+		install    func() error
+		bin        string
+		skip, err  bool
+	}{
+		{"found", false, false, found, noInstall, "/bin/versitygw", false, false},
+		{"opted out", false, true, found, noInstall, "", true, false},
+		{"opt-out ignored under CI", true, true, found, noInstall, "/bin/versitygw", false, false},
+		{"missing is installed", true, true, func() func() (string, error) {
+			n := 0
+			return func() (string, error) {
+				if n++; n == 1 {
+					return missing()
+				}
+				return found()
+			}
+		}(), func() error { return nil }, "/bin/versitygw", false, false},
+		{"missing and not installable fails", false, false, missing, func() error { return errors.New("offline") }, "", false, true},
+		{"unusable override fails", false, false, func() (string, error) { return "", errors.New("not executable") }, noInstall, "", false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bin, skip, err := policy(tc.ci, tc.optOut, tc.find, tc.install)
+			if bin != tc.bin || (skip != "") != tc.skip || (err != nil) != tc.err {
+				t.Fatalf("policy = %q, %q, %v; want bin %q, skip %v, error %v", bin, skip, err, tc.bin, tc.skip, tc.err)
+			}
+			if tc.err && !strings.Contains(err.Error(), EnvSkip) && !strings.Contains(err.Error(), "not executable") {
+				t.Errorf("error does not say how to opt out: %v", err)
+			}
+		})
+	}
 }
 
 // TestStartLosesPortRace: another server takes the chosen port before the
@@ -67,6 +118,11 @@ func TestStartLosesPortRace(t *testing.T) {
 	defer g.Stop()
 	if g.URL == "http://"+foreignAddr {
 		t.Fatalf("Start returned the foreign server's address %s", foreignAddr)
+	}
+	// The mechanism: the first gateway died of the taken port, after the
+	// foreign server had already answered.
+	if b, err := os.ReadFile(filepath.Join(dir, "versitygw-0.log")); err != nil || !strings.Contains(string(b), "address already in use") {
+		t.Errorf("first attempt's log does not show the lost port race (%v):\n%s", err, b)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
