@@ -32,7 +32,9 @@ func TestLatencyAndCounts(t *testing.T) {
 
 func TestFaults(t *testing.T) {
 	f := MountT(t, Profile{})
-	write := func(name string, n int) error { return os.WriteFile(filepath.Join(f.Dir, name), make([]byte, n), 0o644) }
+	write := func(name string, n int) error {
+		return os.WriteFile(filepath.Join(f.Dir, name), make([]byte, n), 0o644)
+	}
 
 	f.Inject(Fault{Errno: syscall.ENOSPC, AfterBytes: 10000})
 	if err := write("a", 8000); err != nil {
