@@ -74,7 +74,7 @@ const (
 	defaultKeep             = 2
 	defaultDirMode          = fs.FileMode(0o750)
 	defaultProgressInterval = 5 * time.Second
-	defaultWorkers          = 1
+	defaultWorkers          = 16
 	markerMode              = fs.FileMode(0o640)
 )
 
