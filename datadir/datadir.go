@@ -74,7 +74,7 @@ const (
 	defaultKeep             = 2
 	defaultDirMode          = fs.FileMode(0o750)
 	defaultProgressInterval = 5 * time.Second
-	defaultWorkers          = 16
+	defaultWorkers          = 32
 	markerMode              = fs.FileMode(0o640)
 )
 
@@ -130,8 +130,12 @@ type Options struct {
 	// of their source. It must include owner rwx.
 	DirMode fs.FileMode
 
-	// Workers is the number of files copied concurrently; zero means 1.
-	// More workers help on high-latency storage such as EFS.
+	// Workers bounds the goroutines that list, copy, link and validate
+	// concurrently; zero means 32. On EFS (NFS) every metadata operation
+	// is a round trip of about a millisecond and they overlap; on a local
+	// disk more workers neither help nor hurt much. A few work in one
+	// directory at a time (the kernel serialises creates in a directory),
+	// so a tree of few large directories gains less.
 	Workers int
 
 	// Logger receives progress and decisions; nil means slog.Default().
