@@ -41,6 +41,7 @@ type settings struct {
 	taskID           string
 	dataRoot         string
 	keepVersions     int
+	dataWorkers      int
 	immutable, skip  []string
 	dataRules        datadir.CopyRules
 	envFile          string
@@ -119,6 +120,15 @@ var options = []option{
 	}},
 	{"keep-versions", "NODEID_KEEP_VERSIONS", "2", "valid data directory versions kept, the current one included (1: only the current one)", func(s *settings, v string) error {
 		return parseInt(v, 1, &s.keepVersions)
+	}},
+	{"data-workers", "NODEID_DATA_WORKERS", "32", "goroutines that copy, link and validate the data directory at once (1-1024); on EFS each file costs round trips that overlap", func(s *settings, v string) error {
+		if err := parseInt(v, 1, &s.dataWorkers); err != nil {
+			return err
+		}
+		if s.dataWorkers > 1024 {
+			return fmt.Errorf("must be <= 1024")
+		}
+		return nil
 	}},
 	{"immutable", "NODEID_IMMUTABLE", "", "comma-separated patterns of files never modified once written (hard-linked even after a crash), e.g. snapshots/**", func(s *settings, v string) error {
 		s.immutable = splitList(v)
