@@ -115,7 +115,7 @@ func claimOwner(root *os.Root, rootPath string, c Cluster, log *slog.Logger) err
 	case err != nil:
 		return fmt.Errorf("datadir: %w", err)
 	}
-	if err := dir.Sync(); err != nil {
+	if err := syncFile(dir); err != nil {
 		return fmt.Errorf("datadir: %w", err)
 	}
 	log.Info("datadir: data root claimed for this cluster", "root", rootPath, "cluster", c.String(),
