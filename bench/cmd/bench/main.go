@@ -48,6 +48,7 @@ type options struct {
 	nodeidInit     string
 	skip           map[string]bool
 	datadirMB      int
+	efsFiles       int // > 0: only the graceful handover on the EFS-like mount, with this many files
 	args           []string
 }
 
@@ -65,6 +66,7 @@ func main() {
 	flag.StringVar(&o.nodeidInit, "nodeid-init", "", "nodeid-init binary (default: built from ./cmd/nodeid-init)")
 	flag.StringVar(&skip, "skip", "", "scenarios to skip, comma-separated: storm,handover,failover,overwrite,blackhole,idle")
 	flag.IntVar(&o.datadirMB, "datadir-mb", 0, "also run scripts/bench-datadir.sh with BENCH_DATADIR_MB set to this (0: only quote docs/datadir.md)")
+	flag.IntVar(&o.efsFiles, "efs-handover", 0, "run only the graceful handover of a data directory of this many files of 4 KiB on the EFS-like FUSE mount (root, /dev/fuse), and print its table (make bench-efs-handover)")
 	flag.Parse()
 	o.args = os.Args[1:]
 	o.skip = map[string]bool{}
@@ -165,6 +167,10 @@ func run(ctx context.Context, o options) error {
 	}
 	defer g.stop()
 	progress("versitygw on %s", g.URL)
+
+	if o.efsFiles > 0 {
+		return efsHandoverOnly(ctx, &procBench{g: g, bin: bin, tmp: tmp}, o)
+	}
 
 	r := &report{opts: o, machine: machineNotes(gwBin), start: started}
 	r.loadStart = loadavg()
