@@ -14,6 +14,9 @@ import (
 	"github.com/nodeid/nodeid/internal/efsfs"
 )
 
+// efsFilesDefault is the size of the data directory in make bench.
+const efsFilesDefault = 10000
+
 // efsHandoverRep is one graceful handover of a broker whose data directory
 // lies on the EFS-like FUSE mount (internal/efsfs, 1 ms per metadata
 // operation).
