@@ -129,7 +129,7 @@ fuzz:
 ## path in README.md and docs/ exists, and every ECS task or container definition
 ## there is valid, and the Dockerfile builds what docs/ecs.md says (also part of make test)
 docs-check:
-	set -o pipefail; $(GO) test ./cmd/nodeid-init -run '^(TestDocsMatchTheCode|TestECS[A-Za-z]*)$$' -count=1 -v | grep -E 'checked|FAIL|ok'
+	set -o pipefail; $(GO) test ./cmd/nodeid-init -run '^(TestDocsMatchTheCode|TestECS[A-Za-z]*|TestAlertRulesInDocs)$$' -count=1 -v | grep -E 'checked|FAIL|ok'
 
 clean:
 	rm -rf bin dist

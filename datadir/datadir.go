@@ -348,7 +348,7 @@ func Prepare(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 		return "", Result{}, err
 	}
 	defer rootDir.Close()
-	log := cfg.log.With("node", inst.ID, "version", int64(inst.Version))
+	log := cfg.log.With("node_id", inst.ID, "version", int64(inst.Version))
 	nodeName, nodePath := nodeDirName(inst.ID), filepath.Join(root, nodeDirName(inst.ID))
 	dir := Dir(root, inst)
 	target := versionDirName(inst.Version)
@@ -444,9 +444,9 @@ func Prepare(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 		// attempt (ENOSPC, an unreadable file) does not hold space or pile
 		// up. What cannot be removed now, the next Prepare or GC removes.
 		if rerr := removeFailedTarget(node.f, target, inst.Version, cfg.cluster, dst, ours); rerr != nil {
-			log.Warn("datadir: could not remove the failed target; the next preparation removes it", "dir", dir, "error", rerr)
+			log.Warn("datadir: could not remove the failed target; the next preparation removes it", "dir", dir, "err", rerr)
 		} else {
-			log.Warn("datadir: removed the failed target", "dir", dir, "error", err)
+			log.Warn("datadir: removed the failed target", "dir", dir, "err", err)
 		}
 	}()
 	if testHookAfterMkdir != nil {
@@ -580,9 +580,13 @@ func Prepare(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 		}
 	}
 	res.Duration = time.Since(start)
-	log.Info("datadir: prepared", "dir", dir,
-		"filesCopied", res.FilesCopied, "bytesCopied", res.BytesCopied,
-		"filesLinked", res.FilesLinked, "bytesLinked", res.BytesLinked,
+	var fromVersion any = "none"
+	if res.HasSource {
+		fromVersion = int64(res.Source)
+	}
+	log.Info("datadir: prepared", "dir", dir, "from_version", fromVersion,
+		"files_copied", res.FilesCopied, "bytes_copied", res.BytesCopied,
+		"files_linked", res.FilesLinked, "bytes_linked", res.BytesLinked,
 		"removed", len(res.Removed), "duration", res.Duration)
 	return dir, res, nil
 }
@@ -614,7 +618,7 @@ func Collect(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 		return nil, err
 	}
 	defer rootDir.Close()
-	log := cfg.log.With("node", inst.ID, "version", int64(inst.Version))
+	log := cfg.log.With("node_id", inst.ID, "version", int64(inst.Version))
 	switch claim, err := checkOwner(rootDir, root, cfg.cluster); {
 	case err != nil:
 		return nil, err
@@ -969,7 +973,7 @@ func collect(ctx context.Context, node *os.File, nodePath string, current nodeid
 			errs = append(errs, fmt.Errorf("datadir: removing %s: %w", name, err))
 			continue
 		}
-		log.Info("datadir: removed old version", "dir", p, "wasValid", e.st == stateValid)
+		log.Info("datadir: removed old version", "dir", p, "was_valid", e.st == stateValid)
 		removed = append(removed, p)
 	}
 	if len(notOurs) > 0 {
@@ -1167,7 +1171,7 @@ func removeFailedTarget(node *os.File, name string, v nodeid.Version, c Cluster,
 func removeLeftoversBelow(node *os.File, nodePath string, k nodeid.Version, c Cluster, log *slog.Logger) (removed []string) {
 	vs, err := versionDirs(node)
 	if err != nil {
-		log.Warn("datadir: listing leftovers", "dir", nodePath, "error", err)
+		log.Warn("datadir: listing leftovers", "dir", nodePath, "err", err)
 		return nil
 	}
 	for _, v := range vs {
@@ -1177,12 +1181,12 @@ func removeLeftoversBelow(node *os.File, nodePath string, k nodeid.Version, c Cl
 		name := versionDirName(v)
 		e, err := inspect(node, name, v, c)
 		if err != nil {
-			log.Warn("datadir: judging a leftover", "dir", filepath.Join(nodePath, name), "error", err)
+			log.Warn("datadir: judging a leftover", "dir", filepath.Join(nodePath, name), "err", err)
 			continue
 		}
 		if e.st == stateLeftover || e.st == stateEmpty || e.st == stateNoData {
 			if err := removeUnfinished(node, e); err != nil {
-				log.Warn("datadir: removing a leftover", "dir", filepath.Join(nodePath, name), "error", err)
+				log.Warn("datadir: removing a leftover", "dir", filepath.Join(nodePath, name), "err", err)
 			} else {
 				log.Info("datadir: removed a leftover before preparing", "dir", filepath.Join(nodePath, name))
 				removed = append(removed, filepath.Join(nodePath, name))

@@ -886,11 +886,11 @@ func TestProgressIsLogged(t *testing.T) {
 		r.Attrs(func(a slog.Attr) bool { attrs[a.Key] = a.Value; return true })
 		switch r.Message {
 		case "datadir: copying":
-			if attrs["filesCopied"].Int64() > 0 && attrs["bytesCopied"].Int64() > 0 {
+			if attrs["files_copied"].Int64() > 0 && attrs["bytes_copied"].Int64() > 0 {
 				progress++
 			}
 		case "datadir: prepared":
-			if attrs["filesCopied"].Int64() == 10 && attrs["bytesCopied"].Int64() == 100 {
+			if attrs["files_copied"].Int64() == 10 && attrs["bytes_copied"].Int64() == 100 {
 				final++
 			}
 		}

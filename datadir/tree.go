@@ -643,8 +643,8 @@ func (t *tree) logProgress() (stop func()) {
 				return
 			case <-tick.C:
 				t.log.Info("datadir: copying",
-					"filesCopied", t.filesCopied.Load(), "bytesCopied", t.bytesCopied.Load(),
-					"filesLinked", t.filesLinked.Load(), "bytesLinked", t.bytesLinked.Load(),
+					"files_copied", t.filesCopied.Load(), "bytes_copied", t.bytesCopied.Load(),
+					"files_linked", t.filesLinked.Load(), "bytes_linked", t.bytesLinked.Load(),
 					"elapsed", time.Since(start).Round(time.Millisecond))
 			}
 		}

@@ -25,6 +25,9 @@ const (
 	StateHeld     = "held"
 	StateLost     = "lost"
 	StateReleased = "released"
+	// StateWaiting: the supervisor is still waiting for a node ID (a hot
+	// spare). Not valid for writes: there is no node ID yet.
+	StateWaiting = "waiting"
 )
 
 // Lease is the content of the file.

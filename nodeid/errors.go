@@ -54,6 +54,9 @@ type StorageError struct {
 	Code   string // the server's error code, e.g. "PreconditionFailed"
 	Kind   error  // ErrPreconditionFailed, ErrNotFound, ...
 	Err    error  // the underlying error
+	// Detail, when set, is what Error shows instead of Err: the server's
+	// own message, without the SDK's request IDs (they stay in Err).
+	Detail string
 }
 
 func (e *StorageError) Error() string {
@@ -61,7 +64,13 @@ func (e *StorageError) Error() string {
 	if e.Status != 0 {
 		msg += fmt.Sprintf(" (HTTP %d %s)", e.Status, e.Code)
 	}
-	if e.Err != nil && e.Err != e.Kind {
+	switch {
+	case e.Detail != "":
+		msg += ": " + e.Detail
+	case e.Status != 0 && e.Code != "":
+		// The status and code say it all; the SDK's text would only add
+		// request IDs.
+	case e.Err != nil && e.Err != e.Kind:
 		msg += ": " + e.Err.Error()
 	}
 	return msg

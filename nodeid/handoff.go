@@ -10,6 +10,10 @@ import (
 	"github.com/nodeid/nodeid/clock"
 )
 
+// systemBoottime is the host's CLOCK_BOOTTIME; the simulation replaces it
+// with its own true time, as it replaces every clock.
+var systemBoottime = clock.SystemBoottime
+
 // Handoff carries a held lease from one process to another on the same host:
 // from an ECS init container that acquired it to the sidecar or the embedded
 // provider that keeps renewing it. The deadline travels as a CLOCK_BOOTTIME
@@ -60,7 +64,7 @@ func (p *Provider) HandOff(ctx context.Context) (Handoff, error) {
 	}
 	// Read the host clock first: a pause between the two readings then
 	// shortens the inherited validity instead of stretching it.
-	boot := clock.SystemBoottime()
+	boot := systemBoottime()
 	now := p.cfg.Clock.Now()
 	left := p.deadline.Sub(now)
 	if left <= 0 {
@@ -106,8 +110,11 @@ func (p *Provider) Adopt(ctx context.Context, h Handoff) (NodeInstance, error) {
 	// Read our clock first: a pause between the two readings then shortens
 	// the inherited validity instead of stretching it.
 	now := p.cfg.Clock.Now()
-	boot := clock.SystemBoottime()
+	boot := systemBoottime()
 	left := time.Duration(h.ValidUntilBoottimeNs) - boot
+	if bugOn(bugAdoptStretches) {
+		left += p.cfg.LeaseDuration
+	}
 	if left <= 0 {
 		return NodeInstance{}, &LostError{Instance: h.Instance, Reason: fmt.Sprintf("hand-off expired %v ago", (-left).Round(time.Millisecond))}
 	}

@@ -629,7 +629,7 @@ func (p *Provider) judge(ctx context.Context, rec Record, arrived time.Time) (fr
 		return false, false
 	}
 	if !l.Held() && l.Instance.Version > 0 && !l.Legacy {
-		return true, !l.Forced
+		return !bugOn(bugReleasedNeverFree), !l.Forced
 	}
 	marker, err := p.clusterMarker(ctx)
 	if err != nil {
@@ -717,6 +717,12 @@ func (p *Provider) take(ctx context.Context, rec Record, graceful bool) (NodeIns
 			sctx, cancel := context.WithTimeout(ctx, time.Duration(len(listing.Slots)+1)*p.cfg.RequestTimeout)
 			s := surveyLeases(sctx, p.repo, listing, 0)
 			cancel()
+			if s.unread != nil && !bugOn(bugTakeAfterFailedSurvey) {
+				// A lease we could not read may record a version above
+				// all we know: taking now could repeat it. Try later.
+				p.log.Warn("not taking the node id: a lease could not be read", "node_id", rec.ID, "err", s.unread)
+				return NodeInstance{}, false
+			}
 			for id, v := range s.known {
 				p.acqKnown.Observe(id, v)
 			}
@@ -729,6 +735,12 @@ func (p *Provider) take(ctx context.Context, rec Record, graceful bool) (NodeIns
 		return NodeInstance{}, false
 	}
 	inst := NodeInstance{ID: rec.ID, Version: p.acqKnown[rec.ID] + 1}
+	if bugOn(bugVersionNotBumped) {
+		inst.Version = max(p.acqKnown[rec.ID], 1)
+	}
+	if bugOn(bugVersionFromObject) {
+		inst.Version = rec.Lease.Instance.Version + 1
+	}
 	known := p.acqKnown.Clone()
 	known.Observe(inst.ID, inst.Version)
 	// The deadline and the timestamp both count from sent, read before the
@@ -1121,6 +1133,14 @@ func (p *Provider) loseThen(reason string, cause error, then func()) {
 	p.err = err
 	close(p.done)
 	p.mu.Unlock()
+	if bugOn(bugWriteAfterLoss) {
+		p.mu.Lock()
+		l, etag := p.newLease(p.instance, p.known.Clone(), p.cfg.Clock.Now()), p.etag
+		p.mu.Unlock()
+		wctx, cancel := context.WithTimeout(context.Background(), p.cfg.RequestTimeout)
+		_, _ = p.repo.Write(wctx, l, etag)
+		cancel()
+	}
 	attrs := []any{"node_id", err.Instance.ID, "version", int64(err.Instance.Version), "reason", reason}
 	if cause != nil {
 		attrs = append(attrs, "err", cause)

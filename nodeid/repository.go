@@ -476,6 +476,12 @@ var ErrVersionUnknown = errors.New("the version of the node is unknown")
 // is known to be dead. The release is marked forced: the successor takes it
 // at once but copies the data rather than hard-linking it.
 func ForceRelease(ctx context.Context, repo Repository, id int, atLeast Version, taskID string) (Version, error) {
+	return forceRelease(ctx, repo, id, atLeast, taskID, newNonce)
+}
+
+// forceRelease is ForceRelease with its source of nonces (the simulation's
+// is seeded).
+func forceRelease(ctx context.Context, repo Repository, id int, atLeast Version, taskID string, nonce func() string) (Version, error) {
 	rec, err := repo.Get(ctx, id)
 	missing := errors.Is(err, ErrNotFound)
 	if err != nil && !missing && !errors.Is(err, ErrCorruptLease) {
@@ -486,6 +492,11 @@ func ForceRelease(ctx context.Context, repo Repository, id int, atLeast Version,
 		return 0, lerr
 	}
 	s := surveyLeases(ctx, repo, listing, 0)
+	if s.unread != nil {
+		// Released below a version an unread lease records, the ID's next
+		// holder could repeat it.
+		return 0, fmt.Errorf("cannot learn the versions every lease records, so nothing was written; try again: %w", s.unread)
+	}
 	v := max(s.known[id], atLeast)
 	if err == nil {
 		v = max(v, rec.Lease.Instance.Version)
@@ -503,7 +514,7 @@ func ForceRelease(ctx context.Context, repo Repository, id int, atLeast Version,
 		Writer:     taskID,
 		Instance:   NodeInstance{ID: id, Version: v},
 		Expires:    time.Now(),
-		Nonce:      newNonce(),
+		Nonce:      nonce(),
 		Acquirable: err != nil || rec.Lease.Acquirable,
 		Forced:     true,
 	}
@@ -539,6 +550,12 @@ type survey struct {
 	// fresh: every object is a readable never-held lease of this format.
 	// A legacy (empty) object proves nothing: every one has the same ETag.
 	fresh bool
+	// unread is the first failure to read an object that exists and may
+	// be readable (no answer, 503, a timeout): that object may record a
+	// version nothing else does, so a version chosen without it may repeat
+	// one. A deleted or corrupt object records nothing anyone can read;
+	// it does not count.
+	unread error
 }
 
 // surveyLeases reads every lease of the listing.
@@ -550,6 +567,9 @@ func surveyLeases(ctx context.Context, repo Repository, l Listing, ours time.Dur
 			s.fresh = false
 		}
 		if err != nil {
+			if s.unread == nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrCorruptLease) {
+				s.unread = fmt.Errorf("read the lease of node %d: %w", slot.ID, err)
+			}
 			continue
 		}
 		s.duration = max(s.duration, rec.Lease.Duration)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	mathrand "math/rand/v2"
 	"net"
 	"net/http"
@@ -23,6 +24,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
+	"github.com/aws/smithy-go/logging"
 	"github.com/aws/smithy-go/middleware"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 )
@@ -49,6 +51,24 @@ type S3Config struct {
 	PathStyle bool   // bucket in the path, as most S3-compatible servers need
 	// AccessKey and SecretKey set static credentials (tests, demos).
 	AccessKey, SecretKey string
+	// Logger receives the SDK's own log lines (e.g. the EC2 metadata
+	// client's "falling back to IMDSv1" warning) as slog records, with
+	// component=aws-sdk; nil leaves the SDK's default (plain lines on stderr).
+	Logger *slog.Logger
+}
+
+// sdkLogger adapts slog to the SDK's logging.Logger.
+type sdkLogger struct{ log *slog.Logger }
+
+func (l sdkLogger) Logf(c logging.Classification, format string, v ...any) {
+	level := slog.LevelInfo
+	switch c {
+	case logging.Warn:
+		level = slog.LevelWarn
+	case logging.Debug:
+		level = slog.LevelDebug
+	}
+	l.log.Log(context.Background(), level, fmt.Sprintf(format, v...), "component", "aws-sdk")
 }
 
 // NewS3Client builds an S3 client for leases: the SDK retries reads a few
@@ -71,6 +91,9 @@ func NewS3Client(ctx context.Context, c S3Config) (*s3.Client, error) {
 				t.IdleConnTimeout = 30 * time.Second
 				t.ResponseHeaderTimeout = 30 * time.Second
 			})),
+	}
+	if c.Logger != nil {
+		opts = append(opts, config.WithLogger(sdkLogger{c.Logger}))
 	}
 	if c.Region != "" {
 		opts = append(opts, config.WithRegion(c.Region))
@@ -363,6 +386,9 @@ func classify(op, key string, err error) error {
 	var ae smithy.APIError
 	if errors.As(err, &ae) {
 		se.Code = ae.ErrorCode()
+		// The server's words; the SDK's text adds request IDs and the
+		// operation, which Op and Key already say.
+		se.Detail = ae.ErrorMessage()
 	}
 	switch {
 	case se.Status == http.StatusPreconditionFailed || se.Code == "PreconditionFailed":
@@ -373,6 +399,11 @@ func classify(op, key string, err error) error {
 		se.Kind = ErrConflict
 	case se.Code == "SlowDown" || se.Status == http.StatusTooManyRequests:
 		se.Kind = ErrSlowDown
+	case se.Status == 0 && strings.Contains(err.Error(), "get identity: get credentials:"):
+		// No answer: the SDK found no usable credentials (none set, or
+		// the ECS/EC2 role endpoint refused). Retrying will not help.
+		se.Kind, se.Code = ErrAccessDenied, "NoCredentials"
+		se.Err = fmt.Errorf("no usable AWS credentials (environment, shared config, ECS task role or EC2 instance role): %w", err)
 	case se.Status == http.StatusForbidden || se.Status == http.StatusUnauthorized ||
 		se.Code == "InvalidAccessKeyId" || se.Code == "SignatureDoesNotMatch" || se.Code == "AccessDenied":
 		se.Kind = ErrAccessDenied

@@ -3,6 +3,7 @@ package nodeid
 import (
 	"container/heap"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"hash/fnv"
@@ -63,7 +64,8 @@ type simParams struct {
 	opaqueETags bool
 	faults      int           // per mille of requests dropped (others in proportion)
 	maxSpike    time.Duration // 3 % of requests are delayed by up to this much more
-	staleLists  int           // per mille of listings served from a snapshot up to maxStale old
+	staleLists  int           // per mille of listing pages served from a snapshot up to maxStale old
+	pageSize    int           // keys per listing page (S3's max-keys); 0: one page
 	// Deliberate bugs, for the teeth tests: bugs in the provider (simbugs
 	// builds only), and two in the layers around it, modelled here.
 	bugs                    simBug
@@ -100,6 +102,10 @@ func simParamsFor(seed uint64) simParams {
 	if r.IntN(3) == 0 {
 		p.staleLists = 100 + r.IntN(201)
 	}
+	// Paginated listings, half the seeds, from a generator of their own.
+	if pg := rand.New(rand.NewPCG(seed, 0x9a9e)); pg.IntN(2) == 0 {
+		p.pageSize = 1 + pg.IntN(3)
+	}
 	// Mixed operation, drawn from a generator of its own so that the other
 	// seeds run as before: 30 % of the seeds.
 	c := rand.New(rand.NewPCG(seed, 0xca3da))
@@ -119,8 +125,8 @@ func (p simParams) String() string {
 	if p.opaqueETags {
 		etags = "opaque"
 	}
-	s := fmt.Sprintf("size=%d tasks=%d L=%v chaos=%v drift=%.3f etags=%s faults=%d‰ spike<=%v stale-lists=%d‰",
-		p.clusterSize, p.tasks, p.lease, p.chaosFor, p.maxDrift, etags, p.faults, p.maxSpike, p.staleLists)
+	s := fmt.Sprintf("size=%d tasks=%d L=%v chaos=%v drift=%.3f etags=%s faults=%d‰ spike<=%v stale-lists=%d‰ page=%d",
+		p.clusterSize, p.tasks, p.lease, p.chaosFor, p.maxDrift, etags, p.faults, p.maxSpike, p.staleLists, p.pageSize)
 	if p.camunda > 0 {
 		s += fmt.Sprintf(" camunda=%d%% Lc=%v wall-skew<=±%v", p.camunda, p.camundaLease, p.wallSkew)
 		if p.camundaAhead > 0 {
@@ -137,10 +143,12 @@ type simTask struct {
 	clock    *simClock
 	repo     *simRepo
 	cancel   context.CancelFunc
-	stopReq  chan struct{} // closed by a graceful stop
+	stopReq  chan struct{}      // closed by a graceful stop
+	handOff  chan time.Duration // a hand-off to a new process of the task after this gap
 
 	mu          sync.Mutex
 	dead        bool      // crashed: no more requests, no release
+	forcedOut   bool      // crashed, and an operator's release --force replaced its lease: no holder any more
 	exited      bool      // lost its lease, crashed or stopping: ECS replaces it
 	pausedUntil time.Time // frozen until then: no requests, answers or timer ticks
 	held        []heldTick
@@ -204,8 +212,13 @@ func (t *simTask) crashed() bool {
 	return t.dead
 }
 
+// tenureOver is read by the task's goroutines, while a hand-off swaps the
+// provider.
 func (t *simTask) tenureOver() bool {
-	return t.provider != nil && t.provider.Err() != nil
+	t.mu.Lock()
+	p := t.provider
+	t.mu.Unlock()
+	return p != nil && p.Err() != nil
 }
 
 // holds reports whether t considers itself the holder now: Provider.Valid
@@ -215,7 +228,14 @@ func (t *simTask) holds() (NodeInstance, bool) {
 		id, v, ok := t.cam.believes()
 		return NodeInstance{ID: id, Version: Version(v)}, ok
 	}
-	return t.provider.Instance(), t.provider.Valid()
+	p := t.prov()
+	return p.Instance(), p.Valid()
+}
+
+func (t *simTask) prov() *Provider {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.provider
 }
 
 // simClock is a task's clock: true (bubble) time at its own rate, with its
@@ -524,9 +544,17 @@ func (w *simWorld) route(now time.Time) {
 		}
 		loseAnswer := fate >= 2*f+f/2 && fate < 4*f
 		duplicate := fate >= 4*f && fate < 5*f
+		// S3 may answer 500 InternalError to a request it applied: the
+		// client hears of a failure at once, yet a write landed.
+		failAfter := fate >= 5*f && fate < 5*f+f/2
 		w.schedule(at, label, func() {
 			rep := w.serve(req, time.Now())
 			w.log(label + " served: " + describeReply(rep))
+			if failAfter {
+				w.log(label + " applied, answered 500 InternalError")
+				rep = simReply{err: &StorageError{Op: req.op.String(), Status: 500, Code: "InternalError", Kind: ErrUnavailable}}
+				w.count("requests applied and answered 500")
+			}
 			if duplicate {
 				w.schedule(time.Now().Add(w.delay()), label+" dup", func() {
 					dup := w.serve(req, time.Now())
@@ -589,7 +617,7 @@ func (w *simWorld) startTask(stop <-chan struct{}) {
 		offset = time.Duration(w.rng.IntN(3)-1) * time.Hour
 	}
 	c := &simClock{base: time.Now(), origin: time.Now().Add(offset), rate: rate, done: w.clocksDone}
-	t := &simTask{name: name, clock: c, stopReq: make(chan struct{})}
+	t := &simTask{name: name, clock: c, stopReq: make(chan struct{}), handOff: make(chan time.Duration, 1)}
 	c.task = t
 	t.repo = &simRepo{w: w, task: t}
 	cfg := w.config(name, c, w.rng.Uint64())
@@ -597,11 +625,14 @@ func (w *simWorld) startTask(stop <-chan struct{}) {
 	if w.p.camunda > 0 {
 		cfg.Wall = func() time.Time { return time.Now().Add(offset) } // no drift: time sync
 	}
+	adoptSeed := w.rng.Uint64()
 	p, err := NewProvider(t.repo, cfg)
 	if err != nil {
 		panic(err)
 	}
+	t.mu.Lock()
 	t.provider = p
+	t.mu.Unlock()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.cancel = cancel
 	w.mu.Lock()
@@ -626,11 +657,19 @@ func (w *simWorld) startTask(stop <-chan struct{}) {
 			w.taskExited(t)
 			return
 		}
+	wait:
 		select {
 		case <-p.Done():
 		case <-stop:
 		case <-t.stopReq:
 			t.repo.stopGroup()
+		case gap := <-t.handOff:
+			cfg.Rand = rand.New(rand.NewPCG(adoptSeed, adoptSeed^0x9e3779b97f4a7c15))
+			if p = w.handOff(t, p, cfg, gap); p == nil {
+				w.taskExited(t)
+				return
+			}
+			goto wait
 		}
 		// Release (a crashed task's release fails, as it would) and wait for
 		// the provider's goroutines: the bubble must end empty.
@@ -638,6 +677,49 @@ func (w *simWorld) startTask(stop <-chan struct{}) {
 		_ = p.Close(cctx)
 		ccancel()
 	}()
+}
+
+// handOff hands t's lease from p to a new provider of the task, as an ECS
+// init container (nodeid-init acquire) hands it to the sidecar (renew): p
+// hands off, nobody renews for gap (on the task's clock, so a pause
+// stretches it), then the new provider adopts. It returns the adopter, or
+// nil if the lease was lost on the way. The process group keeps writing
+// through the gap as long as the lease file's deadline allows.
+func (w *simWorld) handOff(t *simTask, p *Provider, cfg Config, gap time.Duration) *Provider {
+	hctx, cancel := context.WithTimeout(context.Background(), 3*w.p.lease)
+	h, err := p.HandOff(hctx)
+	cancel()
+	if err != nil {
+		w.post(t, func() { w.count("hand-offs lost before the hand-off") })
+		return nil
+	}
+	handed, bootHanded := t.clock.Now(), systemBoottime()
+	tm := t.clock.NewTimer(gap)
+	<-tm.C()
+	// The host's boottime is true time here, the task's clock drifts: move
+	// the deadline by the difference, as if both were the one host clock
+	// they are in production.
+	skew := t.clock.Now().Sub(handed) - (systemBoottime() - bootHanded)
+	h.ValidUntilBoottimeNs -= int64(skew)
+	for i := range h.Pending {
+		h.Pending[i].SentBoottimeNs -= int64(skew)
+	}
+	next, err := NewProvider(t.repo, cfg)
+	if err != nil {
+		panic(err)
+	}
+	t.mu.Lock()
+	t.provider = next
+	t.mu.Unlock()
+	actx, acancel := context.WithTimeout(context.Background(), 3*w.p.lease)
+	defer acancel()
+	if _, err := next.Adopt(actx, h); err != nil {
+		w.post(t, func() { w.count("hand-offs lost at the adoption") })
+		_ = next.Close(actx) // its goroutines must end with the bubble
+		return nil
+	}
+	w.post(t, func() { w.count("hand-offs adopted") })
+	return next
 }
 
 // taskExited is OnLost: the supervisor kills the process group and exits,
@@ -781,7 +863,7 @@ func (w *simWorld) groupWrite(t *simTask) {
 		w.schedule(now.Add(w.groupInterval()), "group "+t.name, func() { w.groupWrite(t) })
 		return
 	}
-	deadline, holding := t.provider.Deadline()
+	deadline, holding := t.prov().Deadline()
 	if holding {
 		t.fence = deadline
 	}
@@ -825,10 +907,14 @@ func (w *simWorld) checkInvariants() {
 			}
 			continue
 		}
-		p := t.provider
+		p := t.prov()
 		valid := p.Valid()
 		inTenure := p.Instance().Version > 0 && p.Err() == nil
 		t.mu.Lock()
+		if t.forcedOut {
+			t.mu.Unlock()
+			continue
+		}
 		if t.wasValid && !valid && inTenure {
 			t.expired = true
 		}
@@ -874,7 +960,7 @@ func (w *simWorld) checkLiveness() {
 			// Camunda's liveness is not nodeid's promise (it cannot take a
 			// deleted object, and backs off): counted, not checked.
 			w.count("camunda brokers waiting at the end")
-		} else if t.provider.Instance().Version == 0 {
+		} else if t.prov().Instance().Version == 0 {
 			waiting++
 		}
 	}
@@ -884,6 +970,8 @@ func (w *simWorld) checkLiveness() {
 		switch {
 		case held[id]:
 		case ok && o.meta[MetaAcquirable] == "false": // a scale that failed half-way
+		case ok && !o.decoded:
+			w.count("liveness checks excused by a corrupt object") // never taken; the operator repairs it
 		case time.Since(w.refusedAt[id]) < 3*w.p.lease:
 			w.count("liveness checks excused by a refused preparation")
 		default:
@@ -952,6 +1040,52 @@ func (w *simWorld) chaos(stop <-chan struct{}) {
 			case kind < 85:
 				w.log(fmt.Sprintf("chaos: scale to %d", size))
 				w.scale(size)
+			case kind < 91:
+				id := id % w.size
+				w.log("chaos: " + w.corrupt(id, time.Now(), pick))
+				// The operator notices and repairs it, a lease duration
+				// or more later: every tenure from before has ended. Only
+				// this corrupt object: a later one (another corruption)
+				// may have ended a tenure just now.
+				bad := w.objects[id]
+				w.schedule(time.Now().Add(w.p.lease+time.Duration(w.rng.Int64N(int64(2*w.p.lease)))), "operator", func() {
+					if w.objects[id] != bad {
+						w.log(fmt.Sprintf("operator: node %d is not the corrupt object seen any more", id))
+						return
+					}
+					w.operatorRelease(id, "corrupt object", func(rec Record, err error) bool {
+						return errors.Is(err, ErrCorruptLease) && rec.ETag == bad.etag
+					})
+				})
+			case kind < 96:
+				// release --force of a holder known to be dead (crashed).
+				for _, c := range w.tasks {
+					if c.cam != nil || !c.crashed() || c.prov().Instance().Version == 0 {
+						continue
+					}
+					id := c.prov().Instance().ID
+					if o, ok := w.objects[id]; ok && o.decoded && o.lease.TaskID == c.name {
+						w.operatorRelease(id, "crashed holder", func(rec Record, err error) bool { return err == nil && rec.Lease.TaskID == c.name })
+						break
+					}
+				}
+			case kind < 99:
+				// A hand-off to the task's next process (init container
+				// to sidecar), if t holds and is a nodeid task.
+				// Half the gaps are short (L/8..5L/8), half may outlast the
+				// lease (0.3..1.5 L): the adopter must then refuse.
+				gap := dur / 4
+				if pick%2 == 1 {
+					gap = dur * 3 / 5
+				}
+				if t.cam == nil && t.prov().Valid() {
+					select {
+					case t.handOff <- gap:
+						w.count("hand-offs")
+						w.log(fmt.Sprintf("chaos: %s hands off, adopted after %v", t.name, gap))
+					default:
+					}
+				}
 			}
 		})
 	}
@@ -989,11 +1123,12 @@ func (w *simWorld) scale(size int) {
 			}
 			continue
 		}
-		t.provider.mu.Lock()
-		if t.provider.state == stateAcquiring || t.provider.state == stateIdle {
-			t.provider.size.Store(int64(size)) // tasks are redeployed with the new size
+		p := t.prov()
+		p.mu.Lock()
+		if p.state == stateAcquiring || p.state == stateIdle {
+			p.size.Store(int64(size)) // tasks are redeployed with the new size
 		}
-		t.provider.mu.Unlock()
+		p.mu.Unlock()
 	}
 }
 
@@ -1024,7 +1159,10 @@ func runSim(t *testing.T, p simParams, trace io.Writer) simResult {
 	var res simResult
 	setSimBugs(t, p.bugs)
 	defer setSimBugs(t, 0)
+	defer func(f func() time.Duration) { systemBoottime = f }(systemBoottime)
 	synctest.Test(t, func(t *testing.T) {
+		// Hand-offs carry deadlines on the host's boottime: true time here.
+		systemBoottime = func() time.Duration { return time.Duration(time.Now().UnixNano()) }
 		w := &simWorld{p: p, rng: rand.New(rand.NewPCG(p.seed, 0x5eed)), wake: make(chan struct{}, 1),
 			objects: map[int]*simObject{}, floor: map[int]Version{}, maxEver: map[int]Version{},
 			dirs: map[int]map[Version]*simDir{}, newest: map[int]uint64{}, lastTenure: map[int]*simTask{}, newestBy: map[int]*simTask{},
@@ -1253,8 +1391,14 @@ func TestSimulationIsDeterministic(t *testing.T) {
 	// acquisitions, eight losses, a release, Camunda's weaknesses), whose
 	// goroutines post their effects for the scheduler (simWorld.post).
 	camundaSeeds := map[uint64]bool{6: true, 12: true, 15: true, 150: true}
+	// The seeds replay every kind of step: paginated listings (12), a
+	// hand-off adopted (17), corrupt objects repaired by release --force.
+	seen := map[string]int{}
 	for _, seed := range []uint64{3, 6, 12, 15, 17, 18, 43, 89, 150} {
 		a := runSim(t, simParamsFor(seed), nil)
+		for k, v := range a.counts {
+			seen[k] += v
+		}
 		b := runSim(t, simParamsFor(seed), nil)
 		if a.hash != b.hash || a.steps != b.steps {
 			t.Fatalf("seed %d ran differently twice: %d steps (hash %x) vs %d steps (hash %x)", seed, a.steps, a.hash, b.steps, b.hash)
@@ -1264,6 +1408,11 @@ func TestSimulationIsDeterministic(t *testing.T) {
 		}
 		if camundaSeeds[seed] && (a.counts["camunda brokers started"] == 0 || a.counts["camunda acquisitions"] == 0) {
 			t.Fatalf("seed %d: %d Camunda brokers started, %d acquisitions; pick a seed where brokers take part", seed, a.counts["camunda brokers started"], a.counts["camunda acquisitions"])
+		}
+	}
+	for _, k := range []string{"listing pages after the first", "hand-offs adopted", "forced releases: corrupt object", "requests applied and answered 500"} {
+		if seen[k] == 0 {
+			t.Errorf("no %q in the determinism seeds: pick seeds where it happens", k)
 		}
 	}
 }
@@ -1285,6 +1434,12 @@ var simTeeth = []struct {
 	{"freshness from absence", func(p *simParams) { p.bugs = bugFreshFromAbsence }, "at once", 2000},
 	{"release before the process group is gone", func(p *simParams) { p.releaseBeforeGroupExits = true }, "process group wrote", 2000},
 	{"preparation ignores newer versions", func(p *simParams) { p.prepareIgnoresNewer = true }, "data lost", 2000},
+	{"a take keeps the known version instead of version + 1", func(p *simParams) { p.bugs = bugVersionNotBumped }, "not above", 2000},
+	{"a take ignores the known mappings", func(p *simParams) { p.bugs = bugVersionFromObject }, "not above", 10000},
+	{"a holder sends a renewal after its loss", func(p *simParams) { p.bugs = bugWriteAfterLoss }, "after its tenure ended", 2000},
+	{"an adopter inherits more validity than was handed off", func(p *simParams) { p.bugs = bugAdoptStretches }, "at once", 2000},
+	{"a released lease is never free", func(p *simParams) { p.bugs = bugReleasedNeverFree }, "liveness", 2000},
+	{"a take goes ahead after a failed survey", func(p *simParams) { p.bugs = bugTakeAfterFailedSurvey }, "not above", 5000},
 	// Mixed operation (simcamunda_test.go): breaks of its conditions make
 	// a nodeid task and a Camunda broker hold one ID at once.
 	{"camunda clocks 2m ahead (breaks condition 2)", func(p *simParams) {

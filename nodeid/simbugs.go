@@ -15,4 +15,10 @@ const (
 	bugScaleKeepsBody                           // Scale marks a released lease unusable without a new body
 	bugFreshFromAbsence                         // fresh = no held object seen; never-held taken without the marker
 	bugIgnoreClaimedDuration                    // a waiter ignores the duration a Camunda lease claims (Record.ClaimedDuration)
+	bugVersionNotBumped                         // a take keeps the highest known version instead of version + 1
+	bugVersionFromObject                        // a take ignores the known mappings: the object's version + 1
+	bugWriteAfterLoss                           // a holder sends one more renewal after it lost its lease
+	bugReleasedNeverFree                        // a waiter never counts a released lease as free
+	bugAdoptStretches                           // Adopt inherits a lease duration more than the hand-off carried
+	bugTakeAfterFailedSurvey                    // a take goes ahead although a lease of the survey could not be read
 )

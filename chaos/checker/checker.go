@@ -53,12 +53,20 @@ type Event struct {
 }
 
 // Record is one line of a data file records-vK.log in a data directory: the
-// broker stamps every record with its identity.
+// broker stamps every record with its identity and with the evidence of its
+// tenure at the time of the write, because the record may be all that is
+// left of a write (a broker killed between its record and its event) and,
+// through a hard link, may sit in a successor's directory.
 type Record struct {
 	Node    int    `json:"node"`
 	Version int64  `json:"version"`
 	Task    string `json:"task"`
 	Seq     int64  `json:"seq"`
+	// Begin is the CLOCK_BOOTTIME reading taken before the lease file was
+	// checked for this write; ValidUntil the lease file's deadline that
+	// allowed it.
+	Begin      int64 `json:"begin"`
+	ValidUntil int64 `json:"validUntil"`
 }
 
 // RecordFile returns the name of the data file a broker of version v writes.
@@ -246,6 +254,11 @@ const (
 	RuleGracefulCopy   = "graceful-carryover"   // after a graceful handover a record of vK is missing in vK+1
 	RuleForeignRecord  = "foreign-record"       // a data file holds a record of another node or a later version
 	RuleUnknownVersion = "write-without-start"  // a write by a task that never announced that identity
+	// Every data record, found in any directory (hard links included),
+	// against its writer's tenure: written with a valid lease, and before
+	// a later tenure of its node began.
+	RuleStaleRecord    = "stale-record"
+	RuleRecordNoTenure = "record-without-tenure" // a record whose writer never announced that identity, or without evidence
 )
 
 // Violation is one broken invariant.
@@ -374,6 +387,36 @@ func Check(events []Event, data Data, opt Options) []Violation {
 		}
 	}
 
+	// Every record against its writer's tenure. Old rules compared a
+	// record's node and version with its file's only: a stale writer's
+	// append to its own file, hard-linked into the successor's directory,
+	// matched them, and if the writer died before its event no rule saw it.
+	starts := map[string]Event{}
+	for _, e := range events {
+		if e.Kind == KindStart {
+			starts[fmt.Sprintf("%d/%d/%s", e.Node, e.Version, e.Task)] = e
+		}
+	}
+	checked := map[string]bool{} // a record shared by hard links or copied is checked once
+	for _, d := range data.Dirs {
+		for _, fv := range sortedKeys(d.Files) {
+			for _, r := range d.Files[fv] {
+				if r.Node != d.Node || r.Version != fv || fv > d.Version {
+					continue // foreign-record
+				}
+				k := fmt.Sprintf("%d/%d/%s/%d", r.Node, r.Version, r.Task, r.Seq)
+				if checked[k] {
+					continue
+				}
+				checked[k] = true
+				where := fmt.Sprintf("v%d/%s", d.Version, RecordFile(fv))
+				for _, v := range checkRecord(r, where, starts, events, opt) {
+					add(v.Rule, r.Node, "%s", v.Detail)
+				}
+			}
+		}
+	}
+
 	// After a graceful handover nothing of the predecessor may be lost.
 	for _, e := range events {
 		if e.Kind != KindStart || !e.Graceful {
@@ -416,6 +459,44 @@ func Check(events []Event, data Data, opt Options) []Violation {
 	return out
 }
 
+// checkRecord cross-checks one data record with its writer's tenure: the
+// writer announced (node, version, task); the lease file it read allowed the
+// write (Begin before ValidUntil); no later tenure of the node had started
+// when the write began; and, unless that tenure started gracefully (the
+// predecessor was stopped before it released), the writer's deadline ended
+// before it started.
+func checkRecord(r Record, where string, starts map[string]Event, events []Event, opt Options) []Violation {
+	who := fmt.Sprintf("task %s's record seq %d (v%d, in %s)", r.Task, r.Seq, r.Version, where)
+	if _, ok := starts[fmt.Sprintf("%d/%d/%s", r.Node, r.Version, r.Task)]; !ok {
+		return []Violation{{RuleRecordNoTenure, r.Node, who + " has no start event: no tenure of its writer"}}
+	}
+	if r.Begin == 0 || r.ValidUntil == 0 {
+		return []Violation{{RuleRecordNoTenure, r.Node, who + " carries no begin or deadline: it cannot be checked"}}
+	}
+	var out []Violation
+	if r.Begin >= r.ValidUntil {
+		out = append(out, Violation{RuleStaleRecord, r.Node, fmt.Sprintf("%s began at %s, not before its lease deadline %s",
+			who, mono(r.Begin), mono(r.ValidUntil))})
+	}
+	for _, e := range events {
+		if e.Kind != KindStart || e.Node != r.Node || e.Version <= r.Version {
+			continue
+		}
+		switch {
+		case r.Begin >= e.Mono:
+			out = append(out, Violation{RuleStaleRecord, r.Node, fmt.Sprintf("%s began at %s, after task %s started v%d at %s",
+				who, mono(r.Begin), e.Task, e.Version, mono(e.Mono))})
+		case !e.Graceful && r.ValidUntil > e.Mono+int64(opt.DeadlineSlack):
+			out = append(out, Violation{RuleStaleRecord, r.Node, fmt.Sprintf("%s relied on a deadline %s past the start of v%d at %s (not a graceful handover)",
+				who, mono(r.ValidUntil), e.Version, mono(e.Mono))})
+		default:
+			continue
+		}
+		break // one later tenure is enough to name
+	}
+	return out
+}
+
 // latestBefore returns the newest directory of node below version v: the
 // source a graceful handover hard-linked from.
 func latestBefore(data Data, node int, v int64) (Dir, bool) {
@@ -429,7 +510,7 @@ func latestBefore(data Data, node int, v int64) (Dir, bool) {
 	return best, found
 }
 
-func sortedKeys[K int | string, V any](m map[K]V) []K {
+func sortedKeys[K int | int64 | string, V any](m map[K]V) []K {
 	keys := make([]K, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)

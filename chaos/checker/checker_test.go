@@ -153,11 +153,19 @@ func writeFile(t *testing.T, root string, node int, dirVersion, fileVersion int6
 
 func itoa(v int64) string { return strconv.FormatInt(v, 10) }
 
+// rec is a record written at ms with a lease deadline 100 ms ahead.
+func rec(node int, version int64, task string, seq, at int64) Record {
+	return Record{Node: node, Version: version, Task: task, Seq: seq, Begin: at * ms, ValidUntil: (at + 100) * ms}
+}
+
 func TestDataDirectories(t *testing.T) {
-	a1 := Record{Node: 0, Version: 1, Task: "a", Seq: 1}
-	a2 := Record{Node: 0, Version: 1, Task: "a", Seq: 2}
-	b1 := Record{Node: 0, Version: 2, Task: "b", Seq: 1}
-	gracefulStart := []Event{{Kind: KindStart, Node: 0, Version: 2, Task: "b", Graceful: true}}
+	a1, a2 := rec(0, 1, "a", 1, 10), rec(0, 1, "a", 2, 20)
+	b1 := rec(0, 2, "b", 1, 1010)
+	aStart := Event{Kind: KindStart, Node: 0, Version: 1, Task: "a", Mono: 1 * ms}
+	bStart := Event{Kind: KindStart, Node: 0, Version: 2, Task: "b", Mono: 1000 * ms}
+	crashStarts := []Event{aStart, bStart}
+	bStart.Graceful = true
+	gracefulStart := []Event{aStart, bStart}
 
 	t.Run("clean graceful handover", func(t *testing.T) {
 		root := t.TempDir()
@@ -187,13 +195,13 @@ func TestDataDirectories(t *testing.T) {
 			t.Fatalf("lost record not flagged: %v", got)
 		}
 		// After a crash the successor copies what was there: not a loss.
-		if got := rules(Check(nil, data, Options{})); len(got) != 0 {
+		if got := rules(Check(crashStarts, data, Options{})); len(got) != 0 {
 			t.Fatalf("ungraceful copy flagged: %v", got)
 		}
 	})
 	t.Run("two tasks in one version", func(t *testing.T) {
 		root := t.TempDir()
-		writeFile(t, root, 0, 1, 1, a1, Record{Node: 0, Version: 1, Task: "z", Seq: 1})
+		writeFile(t, root, 0, 1, 1, a1, rec(0, 1, "z", 1, 30))
 		data, err := ReadData(root)
 		if err != nil {
 			t.Fatal(err)
@@ -204,7 +212,7 @@ func TestDataDirectories(t *testing.T) {
 	})
 	t.Run("foreign record", func(t *testing.T) {
 		root := t.TempDir()
-		writeFile(t, root, 0, 1, 1, a1, Record{Node: 1, Version: 1, Task: "a", Seq: 3})
+		writeFile(t, root, 0, 1, 1, a1, rec(1, 1, "a", 3, 30))
 		writeFile(t, root, 0, 1, 2, b1) // a later version's file in v1
 		data, err := ReadData(root)
 		if err != nil {

@@ -159,7 +159,10 @@ func (b *broker) write() (int, bool) {
 		return exitLeaseLost, false
 	}
 	b.seq++
-	rec, _ := json.Marshal(checker.Record{Node: b.node, Version: b.version, Task: b.task, Seq: b.seq})
+	// The record carries its evidence itself: if the broker dies before its
+	// event, the checker still judges the record against the tenure.
+	rec, _ := json.Marshal(checker.Record{Node: b.node, Version: b.version, Task: b.task, Seq: b.seq,
+		Begin: int64(begin), ValidUntil: l.ValidUntilBoottimeNs})
 	if _, err := b.data.Write(append(rec, '\n')); err != nil {
 		b.event(checker.Event{Kind: checker.KindStop, Mono: int64(clock.SystemBoottime()), Reason: "write: " + err.Error()})
 		return exitError, false

@@ -20,7 +20,7 @@ import (
 // if nobody adopts it, it expires like a crashed holder's.
 func cmdAcquire(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	names := append(append([]string{"env-file", "handoff-file", "lease-file"}, leaseOptions...), dataOptions...)
-	s, rest, err := parseSettings("acquire", args, stderr, names, nil)
+	s, rest, err := parseSettings(ctx, "acquire", args, stdout, names, nil)
 	if err != nil {
 		return err
 	}
@@ -57,7 +57,10 @@ func cmdAcquire(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	sess.leaseFile = s.leaseFile
 	p := sess.provider
+	sess.writeWaiting()
+	go sess.hintScaledUp(ctx)
 	inst, err := p.Acquire(ctx)
+	sess.metrics.waiting.Set(0)
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
 			// Exit non-zero: ECS must not start the broker without an ID.

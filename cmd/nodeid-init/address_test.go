@@ -95,14 +95,14 @@ func TestHostAddressIsUsable(t *testing.T) {
 
 func TestBadAdvertiseAddressIsAUsageError(t *testing.T) {
 	for _, v := range []string{"10.0.0.1:0", "10.0.0.1:99999", "[::1]", "fd00::1:9092:", "bad_host!", "0.0.0.0", "host:"} {
-		_, _, err := parseSettings("run", []string{"--advertise-address", v}, io.Discard, []string{"advertise-address"}, nil)
+		_, _, err := parseSettings(context.Background(), "run", []string{"--advertise-address", v}, io.Discard, []string{"advertise-address"}, nil)
 		var ue *usageError
 		if !errors.As(err, &ue) {
 			t.Errorf("--advertise-address %q: %v, want a usage error", v, err)
 		}
 	}
 	for _, v := range []string{"10.0.0.1", "10.0.0.1:9092", "[fd00::1]:9092", "fd00::1", "broker-0.kafka.svc"} {
-		s, _, err := parseSettings("run", []string{"--advertise-address", v}, io.Discard, []string{"advertise-address"}, nil)
+		s, _, err := parseSettings(context.Background(), "run", []string{"--advertise-address", v}, io.Discard, []string{"advertise-address"}, nil)
 		if err != nil || s.advertiseAddress != v || s.sources["advertise-address"] != "--advertise-address" {
 			t.Errorf("--advertise-address %q: %+v %v", v, s, err)
 		}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
@@ -56,8 +57,11 @@ type settings struct {
 	advertiseAddress string
 	peersFile        string
 	templates        []*templateSpec
-	// status, release, peers
+	// status, release, peers, scale, bootstrap
 	json, watch, force bool
+	check, dryRun, yes bool
+	// explicit names the options set by a flag on the command line.
+	explicit map[string]bool
 	// sources names where each option's value came from (--flag, its
 	// variable or "default"), for logs.
 	sources map[string]string
@@ -81,26 +85,26 @@ var options = []option{
 		s.prefix = v
 		return nodeid.ValidatePrefix(v)
 	}},
-	{"cluster-size", "NODEID_CLUSTER_SIZE", "", "number of node IDs, 0..N-1", func(s *settings, v string) error {
-		return parseInt(v, 1, &s.clusterSize)
+	{"cluster-size", "NODEID_CLUSTER_SIZE", "", "number of node IDs, 0..N-1 (1..1024)", func(s *settings, v string) error {
+		return parseIntIn(v, 1, maxClusterSize, &s.clusterSize)
 	}},
-	{"lease-duration", "NODEID_LEASE_DURATION", "15s", "lease duration L", func(s *settings, v string) error {
-		return parseDuration(v, &s.leaseDuration)
+	{"lease-duration", "NODEID_LEASE_DURATION", "15s", "lease duration L (1s..1h)", func(s *settings, v string) error {
+		return parseDurationIn(v, minLeaseDuration, maxLeaseDuration, &s.leaseDuration)
 	}},
-	{"renew-interval", "NODEID_RENEW_INTERVAL", "", "renew interval (default L/3)", func(s *settings, v string) error {
-		return parseDuration(v, &s.renewInterval)
+	{"renew-interval", "NODEID_RENEW_INTERVAL", "", "renew interval (default L/3; at least 100ms)", func(s *settings, v string) error {
+		return parseDurationIn(v, minInterval, maxLeaseDuration, &s.renewInterval)
 	}},
 	{"acquire-timeout", "NODEID_ACQUIRE_TIMEOUT", "", "give up acquiring after this long (default: wait forever); exit 5", func(s *settings, v string) error {
-		return parseDuration(v, &s.acquireTimeout)
+		return parseDurationIn(v, 0, 0, &s.acquireTimeout)
 	}},
-	{"poll-interval", "NODEID_POLL_INTERVAL", "1s", "while every ID is held, list the leases again at least this often", func(s *settings, v string) error {
-		return parseDuration(v, &s.pollInterval)
+	{"poll-interval", "NODEID_POLL_INTERVAL", "1s", "while every ID is held, list the leases again at least this often (100ms..1h)", func(s *settings, v string) error {
+		return parseDurationIn(v, minInterval, maxLeaseDuration, &s.pollInterval)
 	}},
-	{"readiness-timeout", "NODEID_READINESS_TIMEOUT", "", "after an ungraceful takeover, wait this long for peers to learn our version before /readyz turns ready", func(s *settings, v string) error {
-		return parseDuration(v, &s.readinessTimeout)
+	{"readiness-timeout", "NODEID_READINESS_TIMEOUT", "", "after an ungraceful takeover, wait this long for peers to learn our version before /readyz turns ready (at most 1h)", func(s *settings, v string) error {
+		return parseDurationIn(v, 0, maxLeaseDuration, &s.readinessTimeout)
 	}},
-	{"stop-timeout", "NODEID_STOP_TIMEOUT", "25s", "run: after SIGTERM, how long the child may take to stop before SIGKILL", func(s *settings, v string) error {
-		return parseDuration(v, &s.stopTimeout)
+	{"stop-timeout", "NODEID_STOP_TIMEOUT", "25s", "run: after SIGTERM, how long the child may take to stop before SIGKILL (at most 1h)", func(s *settings, v string) error {
+		return parseDurationIn(v, 0, maxLeaseDuration, &s.stopTimeout)
 	}},
 	{"allowed-ids", "NODEID_ALLOWED_IDS", "", "IDs this task may take, e.g. 0,2,4 or 0-5", func(s *settings, v string) error {
 		ids, err := parseIDList(v)
@@ -119,7 +123,7 @@ var options = []option{
 		return nil
 	}},
 	{"keep-versions", "NODEID_KEEP_VERSIONS", "2", "valid data directory versions kept, the current one included (1: only the current one)", func(s *settings, v string) error {
-		return parseInt(v, 1, &s.keepVersions)
+		return parseIntIn(v, 1, 1000, &s.keepVersions)
 	}},
 	{"data-workers", "NODEID_DATA_WORKERS", "32", "goroutines that copy, link and validate the data directory at once (1-1024); on EFS each file costs round trips that overlap", func(s *settings, v string) error {
 		if err := parseInt(v, 1, &s.dataWorkers); err != nil {
@@ -154,7 +158,7 @@ var options = []option{
 		s.handoffFile = v
 		return nil
 	}},
-	{"lease-file", "NODEID_LEASE_FILE", "", "run/renew: file kept current with the fencing token and monotonic deadline; health: file to check", func(s *settings, v string) error {
+	{"lease-file", "NODEID_LEASE_FILE", "", "run/acquire/renew: file kept current with the fencing token and monotonic deadline (run: default $TMPDIR/nodeid-<uid>/lease.json); health: file to check (default: NODE_LEASE_FILE, else run's default)", func(s *settings, v string) error {
 		s.leaseFile = v
 		return nil
 	}},
@@ -176,9 +180,9 @@ var options = []option{
 	{"log-level", "NODEID_LOG_LEVEL", "info", "debug, info, warn or error", func(s *settings, v string) error {
 		return s.logLevel.UnmarshalText([]byte(v))
 	}},
-	{"endpoint", "NODEID_S3_ENDPOINT", "", "S3 endpoint URL (default: AWS_ENDPOINT_URL_S3, else AWS)", func(s *settings, v string) error {
+	{"endpoint", "NODEID_S3_ENDPOINT", "", "S3 endpoint URL, http:// or https:// (default: AWS_ENDPOINT_URL_S3, else AWS)", func(s *settings, v string) error {
 		s.endpoint = v
-		return nil
+		return checkEndpoint(v)
 	}},
 	{"region", "NODEID_S3_REGION", "", "S3 region (default: AWS_REGION, else us-east-1)", func(s *settings, v string) error {
 		s.region = v
@@ -197,7 +201,7 @@ var options = []option{
 		}
 		return nodeid.ValidateAddress(v)
 	}},
-	{"peers-file", "NODEID_PEERS_FILE", "", "run: JSON file kept current with the peers table, for the command (default: nodeid-peers-<pid>.json beside the lease file)", func(s *settings, v string) error {
+	{"peers-file", "NODEID_PEERS_FILE", "", "run: JSON file kept current with the peers table, for the command (default: the lease file's name with -peers.json, beside it)", func(s *settings, v string) error {
 		s.peersFile = v
 		return nil
 	}},
@@ -218,13 +222,73 @@ type listFlag []string
 func (l *listFlag) String() string     { return strings.Join(*l, ",") }
 func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
+// Bounds of the settings, documented in docs/cli.md ("Bounds"); a value
+// outside them exits 2. S3's Last-Modified has a resolution of 1 s, and
+// waiters judge expiry by it: a shorter lease could not be told from an
+// expired one.
+const (
+	maxClusterSize   = 1024
+	minLeaseDuration = time.Second
+	maxLeaseDuration = time.Hour
+	minInterval      = 100 * time.Millisecond
+)
+
+// flagOnly are the options a command takes from its flag alone, never from
+// the variable: a NODEID_CLUSTER_SIZE left in the shell must not resize a
+// cluster (see explicitSize).
+var flagOnly = map[string]map[string]bool{
+	"scale":     {"cluster-size": true},
+	"bootstrap": {"cluster-size": true},
+}
+
+// boolOptions are the options given as bare flags (--skip-probe), like
+// Go's flag package booleans; --skip-probe=false works too.
+var boolOptions = map[string]bool{"s3-path-style": true, "skip-probe": true}
+
+// boolValue is a flag.Value that the flag package treats as a boolean: a
+// bare flag sets "true". The text is checked later, with the variable's.
+type boolValue struct{ v string }
+
+func (b *boolValue) String() string     { return b.v }
+func (b *boolValue) Set(v string) error { b.v = v; return nil }
+func (b *boolValue) IsBoolFlag() bool   { return true }
+
+// synopses are the usage lines of the commands whose arguments are not just
+// flags.
+var synopses = map[string]string{
+	"run":       "[flags] -- CMD [ARGS...]",
+	"release":   "--node N --force [flags]",
+	"scale":     "--cluster-size N [--dry-run] [--yes] [flags]",
+	"bootstrap": "--cluster-size N [--dry-run] [--yes] [flags]",
+}
+
+// printCommandHelp is what `nodeid-init CMD -h` and `nodeid-init help CMD`
+// print (on stdout).
+func printCommandHelp(w io.Writer, cmd string, fs *flag.FlagSet) {
+	synopsis := synopses[cmd]
+	if synopsis == "" {
+		synopsis = "[flags]"
+	}
+	fmt.Fprintf(w, "usage: nodeid-init %s %s\n", cmd, synopsis)
+	for _, c := range commands() {
+		if c.name == cmd {
+			fmt.Fprintf(w, "\n%s\n", c.summary)
+		}
+	}
+	fmt.Fprintf(w, "\nflags (each also from its NODEID_* variable; the flag wins; see docs/cli.md):\n")
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
+}
+
 // parseSettings reads the named options from the environment, then flags.
-// extra defines subcommand flags that have no variable.
-func parseSettings(cmd string, args []string, stderr io.Writer, names []string, extra func(fs *flag.FlagSet, s *settings)) (*settings, []string, error) {
-	s := &settings{logLevel: slog.LevelInfo, sources: map[string]string{}}
+// extra defines subcommand flags that have no variable. -h prints the
+// command's help on helpOut (stdout) and returns errHelp.
+func parseSettings(ctx context.Context, cmd string, args []string, helpOut io.Writer, names []string, extra func(fs *flag.FlagSet, s *settings)) (*settings, []string, error) {
+	s := &settings{logLevel: slog.LevelInfo, sources: map[string]string{}, explicit: map[string]bool{}}
 	fs := flag.NewFlagSet("nodeid-init "+cmd, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	values := map[string]*string{}
+	values := map[string]func() string{}
 	lists := map[string]*listFlag{}
 	var opts []option
 	for _, o := range options {
@@ -232,15 +296,26 @@ func parseSettings(cmd string, args []string, stderr io.Writer, names []string, 
 			if n == o.flag {
 				opts = append(opts, o)
 				usage := fmt.Sprintf("%s (env %s", o.usage, o.env)
+				if flagOnly[cmd][o.flag] {
+					usage = fmt.Sprintf("%s (required, on the command line only: %s is ignored here", o.usage, o.env)
+				}
 				if o.def != "" {
 					usage += ", default " + o.def
 				}
-				if repeatable[o.flag] {
-					lists[o.flag] = &listFlag{}
-					fs.Var(lists[o.flag], o.flag, usage+")")
-					continue
+				switch {
+				case repeatable[o.flag]:
+					l := &listFlag{}
+					lists[o.flag] = l
+					fs.Var(l, o.flag, usage+")")
+					values[o.flag] = l.String
+				case boolOptions[o.flag]:
+					b := &boolValue{}
+					fs.Var(b, o.flag, usage+")")
+					values[o.flag] = b.String
+				default:
+					p := fs.String(o.flag, "", usage+")")
+					values[o.flag] = func() string { return *p }
 				}
-				values[o.flag] = fs.String(o.flag, "", usage+")")
 			}
 		}
 	}
@@ -249,32 +324,32 @@ func parseSettings(cmd string, args []string, stderr io.Writer, names []string, 
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			synopsis := "[flags]"
-			if cmd == "run" {
-				synopsis = "[flags] -- CMD [ARGS...]"
-			}
-			fmt.Fprintf(stderr, "usage: nodeid-init %s %s\n", cmd, synopsis)
-			fs.SetOutput(stderr)
-			fs.PrintDefaults()
+			printCommandHelp(helpOut, cmd, fs)
 			return nil, nil, errHelp
 		}
 		return nil, nil, usagef("%v (see nodeid-init %s -h)", err, cmd)
 	}
-	for name, l := range lists {
-		v := l.String()
-		values[name] = &v
-	}
 	setByFlag := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { setByFlag[f.Name] = true })
+	s.explicit = setByFlag
+	// The log format is known from here on: the final error line follows it.
 	for _, o := range opts {
 		v, source := o.def, "default"
 		if e := os.Getenv(o.env); e != "" { // an empty variable counts as unset
 			v, source = e, o.env
 		}
 		if setByFlag[o.flag] {
-			v, source = *values[o.flag], "--"+o.flag
+			v, source = values[o.flag](), "--"+o.flag
 		}
 		s.sources[o.flag] = source
+		if o.flag == "log-format" {
+			invocationOf(ctx).setLogFormat(strings.TrimSpace(v))
+		}
+		if boolOptions[o.flag] {
+			if err := parseBool(strings.TrimSpace(v), nil); err != nil {
+				return nil, nil, usagef("invalid %s %q: %s", source, v, err)
+			}
+		}
 		if err := o.set(s, strings.TrimSpace(v)); err != nil {
 			return nil, nil, usagef("invalid %s %q: %s", source, v, strings.TrimPrefix(oneLine(err), nodeid.ErrInvalidConfig.Error()+": "))
 		}
@@ -282,7 +357,9 @@ func parseSettings(cmd string, args []string, stderr io.Writer, names []string, 
 	return s, fs.Args(), nil
 }
 
-func parseDuration(v string, dst *time.Duration) error {
+// parseDurationIn parses a duration within [lo, hi] (hi 0: no upper bound);
+// empty is 0, the option's own default.
+func parseDurationIn(v string, lo, hi time.Duration, dst *time.Duration) error {
 	if v == "" {
 		*dst = 0
 		return nil
@@ -291,14 +368,23 @@ func parseDuration(v string, dst *time.Duration) error {
 	if err != nil {
 		return fmt.Errorf("not a duration (e.g. 15s, 500ms)")
 	}
-	if d < 0 {
+	switch {
+	case d < 0:
 		return fmt.Errorf("negative duration")
+	case d < lo:
+		if lo == minLeaseDuration {
+			return fmt.Errorf("must be at least %v (S3's Last-Modified has a resolution of 1s)", lo)
+		}
+		return fmt.Errorf("must be at least %v", lo)
+	case hi > 0 && d > hi:
+		return fmt.Errorf("must be at most %v", hi)
 	}
 	*dst = d
 	return nil
 }
 
-func parseInt(v string, minimum int, dst *int) error {
+// parseIntIn parses an integer within [lo, hi]; empty leaves dst alone.
+func parseIntIn(v string, lo, hi int, dst *int) error {
 	if v == "" {
 		return nil
 	}
@@ -306,8 +392,8 @@ func parseInt(v string, minimum int, dst *int) error {
 	if err != nil {
 		return fmt.Errorf("not an integer")
 	}
-	if n < minimum {
-		return fmt.Errorf("must be >= %d", minimum)
+	if n < lo || n > hi {
+		return fmt.Errorf("must be %d..%d", lo, hi)
 	}
 	*dst = n
 	return nil
@@ -318,7 +404,26 @@ func parseBool(v string, dst *bool) error {
 	if err != nil {
 		return fmt.Errorf("not a boolean (true or false)")
 	}
-	*dst = b
+	if dst != nil {
+		*dst = b
+	}
+	return nil
+}
+
+// checkEndpoint refuses an endpoint the SDK could only fail on at the first
+// request: it must be an absolute http:// or https:// URL with a host.
+func checkEndpoint(v string) error {
+	if v == "" {
+		return nil
+	}
+	const want = "want an http:// or https:// URL, e.g. https://s3.eu-west-1.amazonaws.com or http://127.0.0.1:7070"
+	u, err := url.Parse(v)
+	if err != nil || !strings.Contains(v, "://") {
+		return errors.New(want)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+		return errors.New(want)
+	}
 	return nil
 }
 
@@ -479,9 +584,25 @@ func checkDistinctOutputs(outs ...outputFile) error {
 func (s *settings) logger(stderr io.Writer) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: s.logLevel}
 	if s.logFormat == "json" {
+		// Durations as Go duration strings ("1.5s"), not nanoseconds.
+		opts.ReplaceAttr = func(_ []string, a slog.Attr) slog.Attr {
+			if a.Value.Kind() == slog.KindDuration {
+				return slog.String(a.Key, a.Value.Duration().String())
+			}
+			return a
+		}
 		return slog.New(slog.NewJSONHandler(stderr, opts))
 	}
 	return slog.New(slog.NewTextHandler(stderr, opts))
+}
+
+// warnPrefix warns about a prefix that does not end with '/': keys are then
+// <prefix>0.json, e.g. zeebe-prod0.json, which is allowed but rarely meant.
+func (s *settings) warnPrefix(log *slog.Logger) {
+	if s.prefix != "" && !strings.HasSuffix(s.prefix, "/") {
+		log.Warn("the prefix does not end with '/': lease objects are "+s.prefix+"0.json, "+s.prefix+"1.json, ...; add the '/' unless that is meant",
+			"prefix", s.prefix)
+	}
 }
 
 // providerConfig builds and validates the library configuration, so timing
@@ -513,9 +634,21 @@ func (s *settings) providerConfig(log *slog.Logger) (nodeid.Config, error) {
 // noRepository lets providerConfig validate without storage.
 type noRepository struct{ nodeid.Repository }
 
-// repository connects to S3. It reads nothing yet.
-func (s *settings) repository(ctx context.Context) (*nodeid.S3Repository, error) {
-	client, err := nodeid.NewS3Client(ctx, nodeid.S3Config{Endpoint: s.endpoint, Region: s.region, PathStyle: s.pathStyle})
+// repository connects to S3. It reads nothing yet. The SDK's own log lines
+// go through log.
+func (s *settings) repository(ctx context.Context, log *slog.Logger) (*nodeid.S3Repository, error) {
+	if s.endpoint == "" {
+		for _, v := range []string{"AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"} {
+			if e := strings.TrimSpace(os.Getenv(v)); e != "" {
+				if err := checkEndpoint(e); err != nil {
+					return nil, usagef("invalid %s %q: %v", v, e, err)
+				}
+				break
+			}
+		}
+	}
+	s.warnPrefix(log)
+	client, err := nodeid.NewS3Client(ctx, nodeid.S3Config{Endpoint: s.endpoint, Region: s.region, PathStyle: s.pathStyle, Logger: log})
 	if err != nil {
 		return nil, usagef("%v", err)
 	}

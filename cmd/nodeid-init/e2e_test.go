@@ -67,6 +67,9 @@ func newCluster(t *testing.T, srv *s3test.Server, size int) *cluster {
 		fmt.Sprintf("NODEID_CLUSTER_SIZE=%d", size),
 		"NODEID_LEASE_DURATION=2s", "NODEID_RENEW_INTERVAL=500ms", "NODEID_POLL_INTERVAL=200ms",
 		"NODEID_DATA_ROOT=" + c.root,
+		// run's default lease file is $TMPDIR/nodeid-<uid>/lease.json: one
+		// per cluster, not the host's /tmp.
+		"TMPDIR=" + t.TempDir(),
 	}
 	return c
 }
@@ -457,8 +460,8 @@ func TestMetricsAndHealthEndpoints(t *testing.T) {
 	}
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	for _, series := range []string{"nodeid_node_id 0", "nodeid_version 1", "nodeid_renewals_total", "nodeid_renew_latency_seconds_bucket",
-		"nodeid_acquire_attempts_total 1", "nodeid_lease_transitions_total{to=\"held\"} 1", "nodeid_self_fence_total 0", "nodeid_renewal_failures_total",
+	for _, series := range []string{"nodeid_node_id 0", "nodeid_lease_version 1", "nodeid_renewals_total", "nodeid_renewal_duration_seconds_bucket",
+		"nodeid_acquire_attempts_total 1", "nodeid_lease_transitions_total{to=\"held\"} 1", "nodeid_self_fences_total 0", "nodeid_renewal_failures_total", "nodeid_cluster_size 1", "nodeid_waiting 0", "go_goroutines", "process_open_fds",
 		"nodeid_build_info{commit="} {
 		if !strings.Contains(string(b), series) {
 			t.Errorf("/metrics lacks %s", series)
@@ -561,7 +564,7 @@ func TestBadInputGetsOneLineAndTheDocumentedCode(t *testing.T) {
 		{"unreachable endpoint", []string{"AWS_ENDPOINT_URL_S3=http://127.0.0.1:1"}, []string{"run", "--", "true"}, 1, "127.0.0.1:1"},
 		{"unknown command", nil, []string{"frobnicate"}, 2, "unknown command"},
 		{"release without force", nil, []string{"release", "--node", "1"}, 2, "--force"},
-		{"health without a lease file", nil, []string{"health"}, 2, "lease file"},
+		{"health without a lease file", nil, []string{"health"}, 1, "no lease file"},
 		{"bad advertise address", []string{"NODEID_ADVERTISE_ADDRESS=10.0.0.1:0"}, []string{"run", "--", "true"}, 2, "NODEID_ADVERTISE_ADDRESS"},
 		{"bad advertise address flag", nil, []string{"acquire", "--env-file", filepath.Join(tmplDir, "env"), "--advertise-address", "not a host"}, 2, "--advertise-address"},
 		{"unspecified advertise address", nil, []string{"renew", "--handoff-file", "/nonexistent", "--advertise-address", "0.0.0.0:9092"}, 2, "--advertise-address"},

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"io"
 	"strings"
@@ -44,7 +45,7 @@ func FuzzSettings(f *testing.F) {
 		for _, o := range options {
 			names = append(names, o.flag)
 		}
-		s, _, err := parseSettings("run", []string{"--" + name + "=" + value}, io.Discard, names, nil)
+		s, _, err := parseSettings(context.Background(), "run", []string{"--" + name + "=" + value}, io.Discard, names, nil)
 		var ue *usageError
 		switch {
 		case err == nil:

@@ -6,11 +6,14 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/nodeid/nodeid/nodeid"
 )
@@ -57,13 +60,13 @@ func commands() []command {
 		{"run", "acquire a node ID, prepare its data directory, run CMD and renew while it runs", cmdRun},
 		{"acquire", "ECS init container: acquire, prepare, write the env file and a hand-off, exit", cmdAcquire},
 		{"renew", "ECS sidecar: adopt the hand-off and renew until SIGTERM; exit 3 on loss", cmdRenew},
-		{"status", "show every node ID's lease", cmdStatus},
+		{"status", "show every node ID's lease and why it can or cannot be taken (--check: for alerting)", cmdStatus},
 		{"peers", "show every node ID's holder and address", cmdPeers},
 		{"bootstrap", "create the lease objects of a new cluster", cmdBootstrap},
 		{"scale", "grow or shrink the cluster (IDs are never deleted)", cmdScale},
 		{"release", "force-release a node ID whose holder is known to be dead", cmdRelease},
 		{"probe", "check that the endpoint enforces conditional writes", cmdProbe},
-		{"health", "exit 0 when this task's lease is valid (ECS health check)", cmdHealth},
+		{"health", "exit 0 when this task's lease is valid, or it waits for a node ID (ECS health check)", cmdHealth},
 		{"version", "print the version, commit and Go version (also --version)", cmdVersion},
 	}
 }
@@ -72,17 +75,56 @@ func main() {
 	os.Exit(realMain(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 }
 
-func realMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		printUsage(stderr)
-		if len(args) == 0 {
-			return exitUsage
-		}
-		return exitOK
+// invocation is what realMain learns from the command as it parses its
+// settings: the log format its final error line must follow.
+type invocation struct {
+	mu        sync.Mutex
+	logFormat string
+}
+
+type invocationKey struct{}
+
+func invocationOf(ctx context.Context) *invocation {
+	if inv, ok := ctx.Value(invocationKey{}).(*invocation); ok {
+		return inv
 	}
-	if args[0] == "--version" || args[0] == "-version" {
+	return &invocation{}
+}
+
+func (inv *invocation) setLogFormat(f string) {
+	inv.mu.Lock()
+	defer inv.mu.Unlock()
+	inv.logFormat = f
+}
+
+func (inv *invocation) json() bool {
+	inv.mu.Lock()
+	defer inv.mu.Unlock()
+	return inv.logFormat == "json"
+}
+
+func realMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		printUsage(stderr)
+		return exitUsage
+	}
+	switch args[0] {
+	case "-h", "-help", "--help":
+		printUsage(stdout)
+		return exitOK
+	case "help":
+		if len(args) == 1 {
+			printUsage(stdout)
+			return exitOK
+		}
+		args = []string{args[1], "-h"} // help CMD = CMD -h
+	case "--version", "-version":
 		args = append([]string{"version"}, args[1:]...)
 	}
+	// Until the command has read its settings (a bad flag ends it before),
+	// the variable decides the format of the final error line.
+	inv := &invocation{logFormat: strings.TrimSpace(os.Getenv("NODEID_LOG_FORMAT"))}
+	ctx = context.WithValue(ctx, invocationKey{}, inv)
 	for _, c := range commands() {
 		if c.name == args[0] {
 			err := c.run(ctx, args[1:], stdout, stderr)
@@ -90,7 +132,7 @@ func realMain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			if err != nil && !errors.Is(err, errHelp) {
 				var ce *codeError
 				if !errors.As(err, &ce) || ce.err != nil {
-					fmt.Fprintf(stderr, "nodeid-init %s: %s\n", c.name, oneLine(err))
+					printError(stderr, inv.json(), c.name, oneLine(err), code)
 				}
 			}
 			return code
@@ -98,6 +140,24 @@ func realMain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	fmt.Fprintf(stderr, "nodeid-init: unknown command %q (see nodeid-init help)\n", args[0])
 	return exitUsage
+}
+
+// printError writes the final error line: "nodeid-init CMD: message", or,
+// with --log-format json, the same text as a JSON record at level ERROR, so
+// that every line of the process parses as JSON.
+func printError(w io.Writer, asJSON bool, cmd, msg string, code int) {
+	text := fmt.Sprintf("nodeid-init %s: %s", cmd, msg)
+	if !asJSON {
+		fmt.Fprintln(w, text)
+		return
+	}
+	b, _ := json.Marshal(struct {
+		Time     string `json:"time"`
+		Level    string `json:"level"`
+		Msg      string `json:"msg"`
+		ExitCode int    `json:"exit_code"`
+	}{time.Now().Format(time.RFC3339Nano), "ERROR", text, code})
+	fmt.Fprintln(w, string(b))
 }
 
 // exitCode maps an error to the documented exit codes.
@@ -134,6 +194,8 @@ func oneLine(err error) string {
 
 func printUsage(w io.Writer) {
 	fmt.Fprintln(w, "usage: nodeid-init COMMAND [flags]   (flags also come from NODEID_* variables; see docs/cli.md)")
+	fmt.Fprintln(w, "       nodeid-init help COMMAND      (or nodeid-init COMMAND -h: the command's flags)")
+	fmt.Fprintln(w, "       nodeid-init --version")
 	fmt.Fprintln(w)
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)

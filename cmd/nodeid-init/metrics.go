@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/nodeid/nodeid/nodeid"
@@ -30,27 +31,35 @@ type metrics struct {
 	transitions     *prometheus.CounterVec
 	selfFences      prometheus.Counter
 	noAddress       prometheus.Gauge
+	waiting         prometheus.Gauge
+	clusterSize     prometheus.Gauge
 
 	leaseFileFailures prometheus.Counter
 }
 
+// Metric names follow Prometheus conventions: nodeid_ prefix, base units,
+// _total for counters, one stem per concept (renewal_*), label values in
+// snake_case. docs/cli.md lists them; docs/prometheus-alerts.yml uses them.
 func newMetrics() *metrics {
 	m := &metrics{
 		reg:             prometheus.NewRegistry(),
 		held:            prometheus.NewGauge(prometheus.GaugeOpts{Name: "nodeid_lease_held", Help: "1 while this task holds a valid lease."}),
 		nodeID:          prometheus.NewGauge(prometheus.GaugeOpts{Name: "nodeid_node_id", Help: "Node ID held (-1 when none)."}),
-		version:         prometheus.NewGauge(prometheus.GaugeOpts{Name: "nodeid_version", Help: "Version (fencing token) of the lease held."}),
+		version:         prometheus.NewGauge(prometheus.GaugeOpts{Name: "nodeid_lease_version", Help: "Version of the lease held: the fencing token (not the build; see nodeid_build_info)."}),
 		renewals:        prometheus.NewCounter(prometheus.CounterOpts{Name: "nodeid_renewals_total", Help: "Successful renewals."}),
 		renewalFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "nodeid_renewal_failures_total", Help: "Failed renewal attempts."}),
-		renewLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "nodeid_renew_latency_seconds", Help: "Round trip of renewals.",
+		renewLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "nodeid_renewal_duration_seconds", Help: "Round trip of successful renewals.",
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}}),
 		acquireAttempts: prometheus.NewCounter(prometheus.CounterOpts{Name: "nodeid_acquire_attempts_total", Help: "Conditional writes sent to take a node ID."}),
 		acquireSeconds:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "nodeid_acquire_duration_seconds", Help: "Time the last acquisition took."}),
 		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nodeid_lease_transitions_total",
-			Help: "Lease state changes by new state; alarm on a high rate of 'lost' (flapping)."}, []string{"to"}),
-		selfFences: prometheus.NewCounter(prometheus.CounterOpts{Name: "nodeid_self_fence_total", Help: "Losses by the self-fence deadline."}),
+			Help: "Lease state changes by new state (held, lost, released, handed_off); alarm on a high rate of lost (flapping)."}, []string{"to"}),
+		selfFences: prometheus.NewCounter(prometheus.CounterOpts{Name: "nodeid_self_fences_total", Help: "Losses by the self-fence deadline."}),
 		noAddress: prometheus.NewGauge(prometheus.GaugeOpts{Name: "nodeid_peers_without_address",
 			Help: "Node IDs of the cluster (not scaled down) whose address is unknown in the last peers table: not held, expired, or held without a valid address."}),
+		waiting: prometheus.NewGauge(prometheus.GaugeOpts{Name: "nodeid_waiting",
+			Help: "1 while this task waits for a node ID (a hot spare); sum over tasks = tasks waiting."}),
+		clusterSize: prometheus.NewGauge(prometheus.GaugeOpts{Name: "nodeid_cluster_size", Help: "This task's cluster size N (node IDs 0..N-1)."}),
 	}
 	m.leaseFileFailures = prometheus.NewCounter(prometheus.CounterOpts{Name: "nodeid_lease_file_write_failures_total",
 		Help: "Failed writes of the lease file; two in a row while held end the tenure like a loss."})
@@ -60,18 +69,24 @@ func newMetrics() *metrics {
 		ConstLabels: prometheus.Labels{"version": v, "commit": c, "goversion": runtime.Version()}})
 	buildInfo.Set(1)
 	m.reg.MustRegister(buildInfo, m.held, m.nodeID, m.version, m.renewals, m.renewalFailures, m.renewLatency,
-		m.acquireAttempts, m.acquireSeconds, m.transitions, m.selfFences, m.noAddress, m.leaseFileFailures)
-	for _, to := range []string{"held", "lost", "released", "handed-off"} {
+		m.acquireAttempts, m.acquireSeconds, m.transitions, m.selfFences, m.noAddress, m.leaseFileFailures,
+		m.waiting, m.clusterSize,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	for _, to := range transitionLabels {
 		m.transitions.WithLabelValues(to)
 	}
 	return m
 }
+
+// transitionLabels are the values of nodeid_lease_transitions_total{to}.
+var transitionLabels = []string{"held", "lost", "released", "handed_off"}
 
 func (m *metrics) observe(e nodeid.Event) {
 	switch e.Kind {
 	case nodeid.EventAcquireAttempt:
 		m.acquireAttempts.Inc()
 	case nodeid.EventAcquired:
+		m.waiting.Set(0)
 		m.held.Set(1)
 		m.nodeID.Set(float64(e.Instance.ID))
 		m.version.Set(float64(e.Instance.Version))
@@ -93,7 +108,7 @@ func (m *metrics) observe(e nodeid.Event) {
 		m.transitions.WithLabelValues("released").Inc()
 	case nodeid.EventHandedOff:
 		m.held.Set(0)
-		m.transitions.WithLabelValues("handed-off").Inc()
+		m.transitions.WithLabelValues("handed_off").Inc()
 	}
 }
 

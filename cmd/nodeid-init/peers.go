@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -20,7 +19,7 @@ import (
 // cmdPeers prints the cluster's peers table: who holds each node ID, under
 // which version, and where to reach it.
 func cmdPeers(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	s, repo, err := readSession(ctx, "peers", args, stderr,
+	s, repo, _, err := readSession(ctx, "peers", args, stdout, stderr,
 		func(fs *flag.FlagSet, s *settings) {
 			fs.BoolVar(&s.json, "json", false, "print a JSON array of {id, address, version, holder, state}")
 		})
@@ -65,9 +64,10 @@ func nodePeersEnv(peers []nodeid.Peer) string {
 	return strings.Join(parts, ",")
 }
 
-// defaultPeersFile sits beside the lease file and, like it, is per process.
+// defaultPeersFile sits beside the lease file and is named after it:
+// lease.json -> lease-peers.json.
 func defaultPeersFile(leaseFile string) string {
-	return filepath.Join(filepath.Dir(leaseFile), fmt.Sprintf("nodeid-peers-%d.json", os.Getpid()))
+	return filepath.Join(filepath.Dir(leaseFile), strings.TrimSuffix(filepath.Base(leaseFile), ".json")+"-peers.json")
 }
 
 // readPeers reads the table for a child about to start. Our own entry is

@@ -159,8 +159,8 @@ func TestPeersTableFollowsATakeover(t *testing.T) {
 	for id, m := range byID {
 		want[id] = m.addr
 	}
-	if base := filepath.Base(last.peersFile); !strings.HasPrefix(base, "nodeid-peers-") || !strings.HasSuffix(base, ".json") {
-		t.Errorf("default NODE_PEERS_FILE %q, want nodeid-peers-<pid>.json beside the lease file", last.peersFile)
+	if base := filepath.Base(last.peersFile); !strings.HasSuffix(base, "-peers.json") {
+		t.Errorf("default NODE_PEERS_FILE %q, want <lease file name>-peers.json beside the lease file", last.peersFile)
 	}
 	// The last to start saw everyone: in NODE_PEERS, its file and its template.
 	b, _ := os.ReadFile(last.tk.report + ".peers")

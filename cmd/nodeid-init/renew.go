@@ -19,7 +19,7 @@ import (
 // stops the task.
 func cmdRenew(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	names := append([]string{"handoff-file", "env-file", "lease-file"}, leaseOptions...)
-	s, rest, err := parseSettings("renew", args, stderr, names, nil)
+	s, rest, err := parseSettings(ctx, "renew", args, stdout, names, nil)
 	if err != nil {
 		return err
 	}
@@ -69,7 +69,7 @@ func cmdRenew(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	go sess.followPeers(ctx, "", nil) // for the metric
 	select {
 	case err := <-sess.lost:
-		return &codeError{code: exitLeaseLost, err: err}
+		return sess.lossExit(err)
 	case sig := <-sigs:
 		sess.log.Info("releasing on signal", "signal", sig.String())
 		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"os/signal"
-	"path/filepath"
 	"runtime"
 	"sync"
 	"syscall"
@@ -22,7 +22,7 @@ import (
 // it the moment the lease is lost.
 func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	names := append(append([]string{"stop-timeout", "lease-file", "peers-file", "template"}, leaseOptions...), dataOptions...)
-	s, rest, err := parseSettings("run", args, stderr, names, nil)
+	s, rest, err := parseSettings(ctx, "run", args, stdout, names, nil)
 	if err != nil {
 		return err
 	}
@@ -33,37 +33,34 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return usagef("command %q: %v", rest[0], errors.Unwrap(err))
 	}
-	if s.leaseFile == "" {
-		if s.leaseFile, err = defaultLeaseFile(); err != nil {
+	// The default lease file is claimed only once the configuration is
+	// checked (claimDefaultLeaseFile): bad input writes nothing to $TMPDIR.
+	defaultLease, defaultPeers := s.leaseFile == "", s.peersFile == ""
+	leasePath := s.leaseFile
+	if defaultLease {
+		if err := checkTempDir(); err != nil {
 			return err
 		}
-		// Ours alone: removed on the way out with what run left in it
-		// (the lease and peers files), also when a later check refuses
-		// the configuration, so restarts leave nothing in $TMPDIR.
-		dir := filepath.Dir(s.leaseFile)
-		defer func() {
-			for _, f := range []string{s.leaseFile, s.peersFile} {
-				if filepath.Dir(f) == dir {
-					_ = os.Remove(f)
-				}
-			}
-			_ = os.Remove(dir) // only if empty: anything else stays
-		}()
-	}
-	if err := checkWritableFile("lease file", s.leaseFile); err != nil {
+		leasePath = defaultLeasePath()
+	} else if err := checkWritableFile("lease file", s.leaseFile); err != nil {
 		return err
 	}
-	if s.peersFile == "" {
-		s.peersFile = defaultPeersFile(s.leaseFile)
+	if defaultPeers {
+		s.peersFile = defaultPeersFile(leasePath)
 	}
-	if err := checkWritableFile("peers file", s.peersFile); err != nil {
-		return err
+	if !defaultLease || !defaultPeers { // else both go to a directory created later
+		if err := checkWritableFile("peers file", s.peersFile); err != nil {
+			return err
+		}
 	}
-	outs := []outputFile{{"lease file", s.leaseFile}, {"peers file", s.peersFile}}
-	for _, t := range s.templates {
-		outs = append(outs, outputFile{"template destination", t.dst})
+	outputs := func() []outputFile {
+		outs := []outputFile{{"lease file", leasePath}, {"peers file", s.peersFile}}
+		for _, t := range s.templates {
+			outs = append(outs, outputFile{"template destination", t.dst})
+		}
+		return outs
 	}
-	if err := checkDistinctOutputs(outs...); err != nil {
+	if err := checkDistinctOutputs(outputs()...); err != nil {
 		return err
 	}
 	if s.clusterSize > 0 { // else newSession reports the missing size
@@ -86,6 +83,20 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
+	if defaultLease {
+		path, cleanup, err := claimDefaultLeaseFile(sess.log)
+		if err != nil {
+			return err
+		}
+		defer cleanup()
+		s.leaseFile, leasePath = path, path
+		if defaultPeers {
+			s.peersFile = defaultPeersFile(path)
+		}
+		if err := checkDistinctOutputs(outputs()...); err != nil {
+			return err
+		}
+	}
 	sess.leaseFile = s.leaseFile
 	p := sess.provider
 
@@ -101,7 +112,10 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		case <-acqCtx.Done():
 		}
 	}()
+	sess.writeWaiting()
+	go sess.hintScaledUp(acqCtx)
 	inst, err := p.Acquire(acqCtx)
+	sess.metrics.waiting.Set(0)
 	if err != nil {
 		if isClosed(stopping) {
 			return nil
@@ -117,9 +131,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	release := func() {
 		cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer ccancel()
-		if err := p.Close(cctx); err != nil {
-			sess.log.Warn("release failed; the lease will expire", "err", err)
-		}
+		sess.closeProvider(cctx)
 	}
 	dataDir, err := sess.prepareDataDir(acqCtx, inst)
 	if err != nil {
@@ -250,8 +262,8 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if err := stopRest(); err != nil {
 			sess.log.Error("exiting although processes of the command may still run", "node_id", inst.ID, "version", int64(inst.Version), "err", err)
 		}
-		sess.log.Error("command killed: lease lost", "node_id", inst.ID, "version", int64(inst.Version), "err", lerr)
-		return &codeError{code: exitLeaseLost, err: lerr}
+		sess.log.Error("command killed: lease lost", "node_id", inst.ID, "version", int64(inst.Version))
+		return sess.lossExit(lerr)
 	}
 
 	var forwarded syscall.Signal
@@ -284,7 +296,11 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 				// (lease file not writable) reached it before sess.lost.
 				return lost(lerr)
 			}
-			sess.log.Info("command exited", "node_id", inst.ID, "version", int64(inst.Version), "exit_code", childExitCode(werr), "after_signal", forwarded != 0)
+			level := slog.LevelInfo
+			if code != 0 {
+				level = slog.LevelWarn // it failed: not a clean stop
+			}
+			sess.log.Log(ctx, level, "command exited", "node_id", inst.ID, "version", int64(inst.Version), "exit_code", childExitCode(werr), "after_signal", forwarded != 0)
 			// A release lets the successor hard-link our files: first make
 			// sure nothing of ours writes them any more and they are durable.
 			err := stopRest()
@@ -308,7 +324,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 				return &codeError{code: code}
 			}
 			release()
-			sess.log.Info("command exited, lease released", "node_id", inst.ID, "version", int64(inst.Version), "exit_code", childExitCode(werr), "after_signal", forwarded != 0)
+			sess.log.Log(ctx, level, "command exited, lease released", "node_id", inst.ID, "version", int64(inst.Version), "exit_code", childExitCode(werr), "after_signal", forwarded != 0)
 			if code != 0 {
 				return &codeError{code: code}
 			}

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/nodeid/nodeid/clock"
 	"github.com/nodeid/nodeid/datadir"
 	"github.com/nodeid/nodeid/leasefile"
@@ -43,6 +45,9 @@ type session struct {
 	leaseFileErr   error
 	leaseFileFails int
 	fenced         error
+	// renewFails counts failed renewal attempts since the last success,
+	// for the "renewals recovered" line.
+	renewFails int
 }
 
 // leaseOptions are the settings of commands that take a lease.
@@ -69,6 +74,7 @@ func newSession(ctx context.Context, s *settings, stderr io.Writer) (*session, e
 		return nil, err
 	}
 	sess := &session{s: s, cfg: cfg, log: log, metrics: newMetrics(), lost: make(chan error, 1)}
+	sess.metrics.clusterSize.Set(float64(cfg.ClusterSize))
 	if s.metricsAddr != "" {
 		if err := serveHealth(ctx, s.metricsAddr, sess.metrics, sess.currentProvider, sess.leaseFileOK, log); err != nil {
 			return nil, err
@@ -79,7 +85,7 @@ func newSession(ctx context.Context, s *settings, stderr io.Writer) (*session, e
 	}
 	sess.log = log.With("task_id", cfg.TaskID)
 	cfg.Logger = log
-	if sess.repo, err = s.repository(ctx); err != nil {
+	if sess.repo, err = s.repository(ctx, log); err != nil {
 		return nil, err
 	}
 	if err := s.probe(ctx, sess.repo, sess.log); err != nil {
@@ -140,6 +146,20 @@ func (sess *session) handleLost(err error) {
 
 func (sess *session) handleEvent(e nodeid.Event) {
 	sess.metrics.observe(e)
+	switch e.Kind {
+	case nodeid.EventRenewalFailed:
+		sess.mu.Lock()
+		sess.renewFails++
+		sess.mu.Unlock()
+	case nodeid.EventRenewed:
+		sess.mu.Lock()
+		n := sess.renewFails
+		sess.renewFails = 0
+		sess.mu.Unlock()
+		if n > 0 {
+			sess.log.Info("renewals recovered", "node_id", e.Instance.ID, "version", int64(e.Instance.Version), "failed_attempts", n)
+		}
+	}
 	if sess.leaseFile == "" {
 		return
 	}
@@ -267,8 +287,7 @@ func (sess *session) prepareDataDir(ctx context.Context, inst nodeid.NodeInstanc
 		}
 		return "", fmt.Errorf("prepare data directory: %w", err)
 	}
-	sess.log.Info("data directory ready", "node_id", inst.ID, "version", int64(inst.Version), "dir", dir,
-		"from_version", sourceVersion(res), "files_copied", res.FilesCopied, "files_linked", res.FilesLinked)
+	_ = res // datadir logs "datadir: prepared" with the counts: not repeated here
 	return dir, nil
 }
 
@@ -302,13 +321,6 @@ func dataAdvice(err error, inst nodeid.NodeInstance) string {
 	return left + ". Check --data-root, --bucket and --prefix: one data root serves one cluster"
 }
 
-func sourceVersion(r datadir.Result) any {
-	if !r.HasSource {
-		return "none"
-	}
-	return int64(r.Source)
-}
-
 // giveBack ends a tenure whose broker never ran. A release tells the
 // successor that nobody writes the newest data directory any more, so it may
 // hard-link it: true when ours was prepared (a copy nobody writes), or when
@@ -328,9 +340,7 @@ func (sess *session) giveBack(prepared bool) {
 		return
 	}
 	if prepared || sess.s.dataRoot == "" || p.PreviousGracefullyShutdown() {
-		if err := p.Close(ctx); err != nil {
-			sess.log.Warn("release failed; the lease will expire", "err", err)
-		}
+		sess.closeProvider(ctx)
 		return
 	}
 	if _, err := p.HandOff(ctx); err == nil {
@@ -357,18 +367,149 @@ func (sess *session) nodeEnv(inst nodeid.NodeInstance, dataDir string) []string 
 	return env
 }
 
-// defaultLeaseFile is per process: two supervisors on one host must never
-// share a lease file, or one broker could read the other's valid lease. It
-// lies in a new directory of $TMPDIR with an unpredictable name (mode 0755:
-// a broker that dropped privileges still reads it), so nobody else on a
-// shared /tmp can plant a file or a symlink at its path beforehand.
-func defaultLeaseFile() (string, error) {
-	dir, err := os.MkdirTemp("", "nodeid-")
+// defaultLeasePath is run's default lease file, $TMPDIR/nodeid-<uid>/lease.json:
+// stable, so that `nodeid-init health` (an ECS health check, run in the
+// same container) finds it without configuration, and one file per user
+// rather than one per process.
+func defaultLeasePath() string {
+	return filepath.Join(os.TempDir(), fmt.Sprintf("nodeid-%d", os.Getuid()), "lease.json")
+}
+
+// checkTempDir verifies, without writing, that the default lease file's
+// directory can be created in $TMPDIR.
+func checkTempDir() error {
+	dir := os.TempDir()
+	if err := unix.Access(dir, unix.W_OK|unix.X_OK); err != nil {
+		return usagef("lease file: $TMPDIR %s is not writable: set --lease-file or NODEID_LEASE_FILE", dir)
+	}
+	return nil
+}
+
+// claimDefaultLeaseFile takes the default lease file for this process: it
+// creates $TMPDIR/nodeid-<uid> (mode 0755, a broker that dropped
+// privileges still reads it) and locks lease.lock in it for as long as the
+// process lives. The directory must be ours and writable by us alone, so
+// nobody else on a shared /tmp can plant a file or a symlink there.
+//
+// A second `run` in the same container or host (the lock is held) gets a
+// private directory of its own instead, removed when it exits, and a
+// warning: `health` without --lease-file checks the first one's. The stable
+// file itself is left in place on exit (its state says released or lost)
+// and overwritten by the next run.
+func claimDefaultLeaseFile(log *slog.Logger) (path string, cleanup func(), err error) {
+	path = defaultLeasePath()
+	dir := filepath.Dir(path)
+	reason := ""
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return "", nil, usagef("lease file: cannot create %s: %v", dir, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil {
+		return "", nil, usagef("lease file: %s: %v", dir, err)
+	}
+	switch {
+	case st.Mode&unix.S_IFMT != unix.S_IFDIR:
+		reason = dir + " is not a directory"
+	case int(st.Uid) != os.Getuid():
+		reason = fmt.Sprintf("%s belongs to uid %d", dir, st.Uid)
+	case st.Mode&0o022 != 0:
+		reason = dir + " is writable by others"
+	}
+	if reason == "" {
+		f, err := os.OpenFile(filepath.Join(dir, "lease.lock"), os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o644)
+		if err != nil {
+			return "", nil, usagef("lease file: %v", err)
+		}
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err == nil {
+			return path, func() { f.Close() }, nil
+		}
+		f.Close()
+		reason = "another nodeid-init run uses it"
+	}
+	private, err := os.MkdirTemp("", "nodeid-")
 	if err == nil {
-		err = os.Chmod(dir, 0o755)
+		err = os.Chmod(private, 0o755)
 	}
 	if err != nil {
-		return "", usagef("lease file: cannot create its directory in %s: %v", os.TempDir(), err)
+		return "", nil, usagef("lease file: cannot create its directory in %s: %v", os.TempDir(), err)
 	}
-	return filepath.Join(dir, "lease.json"), nil
+	path = filepath.Join(private, "lease.json")
+	log.Warn("default lease file not available, using a private one: nodeid-init health needs --lease-file "+path+" (or NODE_LEASE_FILE)",
+		"default", defaultLeasePath(), "reason", reason, "lease_file", path)
+	cleanup = func() {
+		entries, _ := os.ReadDir(private)
+		for _, e := range entries {
+			_ = os.Remove(filepath.Join(private, e.Name()))
+		}
+		_ = os.Remove(private)
+	}
+	return path, cleanup, nil
+}
+
+// writeWaiting publishes that this task waits for a node ID (a hot spare):
+// `health` passes, a broker finds no valid lease.
+func (sess *session) writeWaiting() {
+	sess.metrics.waiting.Set(1)
+	if sess.leaseFile == "" {
+		return
+	}
+	if err := writeLeaseFile(sess.leaseFile, leasefile.Lease{State: leasefile.StateWaiting, NodeID: -1, TaskID: sess.cfg.TaskID}); err != nil {
+		sess.log.Warn("cannot write the lease file", "path", sess.leaseFile, "err", err)
+	}
+}
+
+// hintScaledUp tells a task that waits for a node ID, once, that the bucket
+// has acquirable IDs at or above its cluster size: the cluster was scaled
+// up (nodeid-init scale) but this task still has the old
+// NODEID_CLUSTER_SIZE, and only takes IDs below it. It costs one LIST and a
+// GET per such object, only when still waiting after two poll intervals.
+func (sess *session) hintScaledUp(ctx context.Context) {
+	p := sess.provider
+	select {
+	case <-ctx.Done():
+		return
+	case <-p.Done():
+		return
+	case <-time.After(2*sess.cfg.PollInterval + time.Second):
+	}
+	if _, held := p.Deadline(); held {
+		return
+	}
+	listing, err := sess.repo.List(ctx)
+	if err != nil {
+		return
+	}
+	var above []int
+	for _, slot := range listing.Slots {
+		if slot.ID < sess.cfg.ClusterSize {
+			continue
+		}
+		if rec, err := sess.repo.Get(ctx, slot.ID); err == nil && rec.Lease.Acquirable {
+			above = append(above, slot.ID)
+		}
+	}
+	if len(above) > 0 {
+		sess.log.Warn(fmt.Sprintf("the bucket has acquirable node IDs at or above this task's cluster size %d (%s): the cluster was scaled up; set NODEID_CLUSTER_SIZE=%d (and the broker's own size) to take them",
+			sess.cfg.ClusterSize, idRanges(above), above[len(above)-1]+1), "cluster_size", sess.cfg.ClusterSize)
+	}
+}
+
+// lossExit is the exit 3 of a lost tenure. The provider has logged the loss
+// ("lease lost", with its reason and cause) at ERROR: it is not repeated as
+// the final error line. A tenure ended by the lease file (see handleEvent)
+// was not logged as a loss, so its error is the final line.
+func (sess *session) lossExit(lerr error) error {
+	if perr := sess.provider.Err(); perr != nil && errors.Is(perr, nodeid.ErrLeaseLost) && perr == lerr {
+		return &codeError{code: exitLeaseLost}
+	}
+	return &codeError{code: exitLeaseLost, err: lerr}
+}
+
+// closeProvider releases the lease. A failed release write is logged by the
+// provider ("release failed; the lease will expire"); only a release that
+// did not finish in time is logged here, so no failure is logged twice.
+func (sess *session) closeProvider(ctx context.Context) {
+	if err := sess.provider.Close(ctx); err != nil && ctx.Err() != nil {
+		sess.log.Warn("release did not finish in time; the lease will expire", "err", err)
+	}
 }

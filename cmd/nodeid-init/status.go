@@ -7,9 +7,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
+	"os"
+	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/nodeid/nodeid/nodeid"
 )
@@ -21,37 +26,60 @@ type slotStatus struct {
 	Version      int64     `json:"version"`
 	TaskID       string    `json:"taskId,omitempty"`
 	Address      string    `json:"address,omitempty"`  // only while held and live, as in `peers`
-	TimeLeft     string    `json:"timeLeft,omitempty"` // by the server's clock
+	TimeLeft     string    `json:"timeLeft,omitempty"` // by the server's clock; only while held and live
 	TimeLeftMs   int64     `json:"timeLeftMs,omitempty"`
 	LastModified time.Time `json:"lastModified,omitzero"`
 	Error        string    `json:"error,omitempty"`
+	// Note says whether and when a new task can take the ID, and why not.
+	Note string `json:"note,omitempty"`
 }
 
 func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	s, repo, err := readSession(ctx, "status", args, stderr,
+	s, repo, log, err := readSession(ctx, "status", args, stdout, stderr,
 		func(fs *flag.FlagSet, s *settings) {
 			fs.BoolVar(&s.json, "json", false, "print JSON")
-			fs.BoolVar(&s.watch, "watch", false, "refresh every 2s until interrupted")
+			fs.BoolVar(&s.watch, "watch", false, "refresh every 2s until interrupted; a failed refresh is shown and retried")
+			fs.BoolVar(&s.check, "check", false, "for alerting: exit 1, naming the rows, when an ID is corrupt, expired or missing, or fewer IDs than the cluster size are held")
 		})
 	if err != nil {
 		return err
 	}
+	if s.watch && s.check {
+		return usagef("--watch and --check exclude each other")
+	}
 	ctx, stop := signalContext(ctx)
 	defer stop()
+	clear := s.watch && !s.json && isTerminal(stdout)
 	for {
-		rows, err := readStatus(ctx, repo, s.clusterSize, s.leaseDuration)
-		if err != nil {
-			if ctx.Err() != nil && s.watch {
-				return nil
-			}
+		rows, size, err := readStatus(ctx, repo, s.clusterSize, s.leaseDuration)
+		if s.watch && ctx.Err() != nil {
+			return nil
+		}
+		if err != nil && !s.watch {
 			return err
 		}
 		if s.watch && !s.json {
-			fmt.Fprint(stdout, "\033[H\033[2J") // clear the screen, refresh in place
+			if clear {
+				fmt.Fprint(stdout, "\033[H\033[2J") // clear the screen, refresh in place
+			}
 			fmt.Fprintf(stdout, "nodeid status of s3://%s/%s at %s (Ctrl-C to stop)\n\n", s.bucket, s.prefix, time.Now().Format(time.TimeOnly))
 		}
-		if err := printStatus(stdout, rows, s.json); err != nil {
-			return err
+		if err != nil {
+			// During an S3 incident: show it and keep going.
+			fmt.Fprintf(stdout, "refresh failed: %s\n", oneLine(err))
+		} else {
+			if len(rows) == 0 {
+				warnEmpty(log, s)
+			}
+			if err := printStatus(stdout, rows, s.json); err != nil {
+				return err
+			}
+			if s.check {
+				if len(rows) == 0 {
+					return &codeError{code: exitError, err: fmt.Errorf("check failed: no lease objects under s3://%s/%s", s.bucket, s.prefix)}
+				}
+				return checkRows(stdout, rows, s.clusterSize, size)
+			}
 		}
 		if !s.watch {
 			return nil
@@ -64,11 +92,69 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 }
 
-// readStatus reads every lease: one List, one GET per object.
-func readStatus(ctx context.Context, repo nodeid.Repository, size int, localLease time.Duration) ([]slotStatus, error) {
+func warnEmpty(log *slog.Logger, s *settings) {
+	hint := ""
+	if s.prefix != "" && !strings.HasSuffix(s.prefix, "/") {
+		hint = fmt.Sprintf("; the prefix does not end with '/': did you mean %s/?", s.prefix)
+	}
+	log.Warn(fmt.Sprintf("no lease objects under s3://%s/%s%s", s.bucket, s.prefix, hint))
+}
+
+// checkRows is status --check: nil when every ID below the cluster size is
+// held or released and at least size are held, else an exit-1 error naming
+// the rows.
+func checkRows(stdout io.Writer, rows []slotStatus, explicit, markerSize int) error {
+	var bad []string
+	held, usable := 0, 0
+	for _, r := range rows {
+		switch r.State {
+		case "corrupt", "expired", "missing":
+			bad = append(bad, fmt.Sprintf("node %d %s", r.NodeID, r.State))
+		}
+		if r.State != "unusable" {
+			usable++
+		}
+		if r.State == "held" {
+			held++
+		}
+	}
+	want := explicit
+	if want == 0 {
+		want = max(markerSize, usable)
+	}
+	if held < want || want == 0 {
+		bad = append(bad, fmt.Sprintf("%d of %d node IDs held", held, want))
+	}
+	if len(bad) == 0 {
+		fmt.Fprintf(stdout, "check ok: %d of %d node IDs held\n", held, want)
+		return nil
+	}
+	return &codeError{code: exitError, err: fmt.Errorf("check failed: %s", strings.Join(bad, "; "))}
+}
+
+// isTerminal reports whether w is a terminal (screen-clear codes only then).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+// readStatus reads every lease: one List, one GET per object, and the
+// cluster marker. size is the cluster size rows are judged against:
+// the argument, else the marker's.
+func readStatus(ctx context.Context, repo nodeid.Repository, size int, localLease time.Duration) ([]slotStatus, int, error) {
 	listing, err := repo.List(ctx)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
+	}
+	var marker nodeid.ClusterMarker
+	if listing.MarkerSeen {
+		if m, err := repo.Marker(ctx); err == nil {
+			marker = m
+		}
 	}
 	var rows []slotStatus
 	present := map[int]bool{}
@@ -79,40 +165,60 @@ func readStatus(ctx context.Context, repo nodeid.Repository, size int, localLeas
 		switch {
 		case errors.Is(err, nodeid.ErrCorruptLease):
 			row.State, row.Error = "corrupt", oneLine(err)
+			row.Note = "nobody can take it: find who wrote it; release --force rewrites it"
 		case errors.Is(err, nodeid.ErrNotFound):
 			row.State = "missing"
 		case err != nil:
-			return nil, err
+			return nil, 0, err
 		default:
 			l := rec.Lease
 			row.Version, row.TaskID, row.LastModified = int64(l.Instance.Version), l.TaskID, rec.LastModified
-			lease := max(l.Duration, localLease, rec.ClaimedDuration())
+			lease := max(l.Duration, localLease, rec.ClaimedDuration(), marker.LeaseDuration)
 			switch {
 			case !l.Acquirable:
 				row.State = "unusable"
+				row.Note = "scaled down: takeable only after scale --cluster-size " + fmt.Sprint(slot.ID+1) + " or more"
 			case !l.Held():
 				row.State = "released"
+				row.Note = "takeable now"
+				if l.Forced {
+					row.Note += " (forced release: its successor copies the data)"
+				}
 			case nodeid.ExpiredByServerClock(rec.LastModified, rec.ServerDate, lease):
 				row.State = "expired"
+				row.Note = "takeable now: its holder stopped renewing"
 			default:
 				row.State = "held"
 				if nodeid.ValidateAddress(l.Address) == nil {
 					row.Address = l.Address
 				}
+				if !rec.ServerDate.IsZero() {
+					// Taken once S3's clock says expired: L + 1 s after the write.
+					left := rec.LastModified.Add(lease).Sub(rec.ServerDate)
+					left = max(left, 0)
+					row.TimeLeft, row.TimeLeftMs = left.Round(time.Second).String(), left.Milliseconds()
+				}
+				if strings.HasPrefix(l.TaskID, "recreated-by:") {
+					row.Note = "no holder (created by scale, or recreated after a delete): takeable when it expires"
+				}
 			}
-			if l.Held() && !rec.ServerDate.IsZero() {
-				left := rec.LastModified.Add(lease).Sub(rec.ServerDate)
-				row.TimeLeft, row.TimeLeftMs = left.Round(time.Second).String(), left.Milliseconds()
+			if row.State != "unusable" && marker.ClusterSize > 0 && slot.ID >= marker.ClusterSize {
+				row.Note = strings.TrimPrefix(row.Note+"; ", "; ") + fmt.Sprintf("only tasks with NODEID_CLUSTER_SIZE >= %d take it", slot.ID+1)
 			}
 		}
 		rows = append(rows, row)
 	}
+	if size == 0 {
+		size = marker.ClusterSize
+	}
 	for id := 0; id < size; id++ {
 		if !present[id] {
-			rows = append(rows, slotStatus{NodeID: id, State: "missing"})
+			rows = append(rows, slotStatus{NodeID: id, State: "missing",
+				Note: "no object: a task that acquires recreates it, takeable one lease duration later"})
 		}
 	}
-	return rows, nil
+	sort.SliceStable(rows, func(i, j int) bool { return rows[i].NodeID < rows[j].NodeID })
+	return rows, size, nil
 }
 
 func printStatus(w io.Writer, rows []slotStatus, asJSON bool) error {
@@ -125,7 +231,7 @@ func printStatus(w io.Writer, rows []slotStatus, asJSON bool) error {
 		return enc.Encode(rows)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tSTATE\tVERSION\tHOLDER\tADDRESS\tLEFT (S3 CLOCK)\tLAST MODIFIED")
+	fmt.Fprintln(tw, "NODE\tSTATE\tVERSION\tHOLDER\tADDRESS\tLEFT (S3 CLOCK)\tLAST MODIFIED\tNOTE")
 	for _, r := range rows {
 		lm := ""
 		if !r.LastModified.IsZero() {
@@ -133,9 +239,9 @@ func printStatus(w io.Writer, rows []slotStatus, asJSON bool) error {
 		}
 		holder := r.TaskID
 		if r.Error != "" {
-			holder = truncate(r.Error, 60)
+			holder = truncateWords(r.Error, 60)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s\t%s\n", r.NodeID, r.State, r.Version, dash(holder), dash(r.Address), dash(r.TimeLeft), dash(lm))
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.NodeID, r.State, r.Version, dash(holder), dash(r.Address), dash(r.TimeLeft), dash(lm), dash(r.Note))
 	}
 	return tw.Flush()
 }
@@ -147,9 +253,14 @@ func dash(s string) string {
 	return s
 }
 
-func truncate(s string, n int) string {
+// truncateWords shortens s to at most n bytes at a word boundary.
+func truncateWords(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	return strings.TrimSpace(s[:n]) + "..."
+	cut := strings.LastIndexByte(s[:n], ' ')
+	if cut <= 0 {
+		cut = n
+	}
+	return strings.TrimSpace(s[:cut]) + " ..."
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"io"
 	"os"
@@ -85,7 +86,7 @@ func TestBadTemplatesAreUsageErrors(t *testing.T) {
 	}
 	for name, v := range cases {
 		t.Run(name, func(t *testing.T) {
-			_, _, err := parseSettings("run", []string{"--template", v}, io.Discard, []string{"template"}, nil)
+			_, _, err := parseSettings(context.Background(), "run", []string{"--template", v}, io.Discard, []string{"template"}, nil)
 			var ue *usageError
 			if !errors.As(err, &ue) || !strings.Contains(err.Error(), "--template") {
 				t.Errorf("%v, want a usage error naming --template", err)
@@ -94,12 +95,12 @@ func TestBadTemplatesAreUsageErrors(t *testing.T) {
 	}
 	t.Run("repeated flag and the variable", func(t *testing.T) {
 		a, b := filepath.Join(dir, "a"), filepath.Join(dir, "b")
-		s, _, err := parseSettings("run", []string{"--template", good + ":" + a, "--template", good + ":" + b}, io.Discard, []string{"template"}, nil)
+		s, _, err := parseSettings(context.Background(), "run", []string{"--template", good + ":" + a, "--template", good + ":" + b}, io.Discard, []string{"template"}, nil)
 		if err != nil || len(s.templates) != 2 || s.templates[1].dst != b {
 			t.Fatalf("%+v %v", s, err)
 		}
 		t.Setenv("NODEID_TEMPLATES", good+":"+a+","+good+":"+b)
-		s, _, err = parseSettings("run", nil, io.Discard, []string{"template"}, nil)
+		s, _, err = parseSettings(context.Background(), "run", nil, io.Discard, []string{"template"}, nil)
 		if err != nil || len(s.templates) != 2 {
 			t.Fatalf("%+v %v", s, err)
 		}

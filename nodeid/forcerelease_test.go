@@ -1,0 +1,162 @@
+package nodeid_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nodeid/nodeid/internal/s3test"
+	"github.com/nodeid/nodeid/nodeid"
+)
+
+// forced checks that node id reads back as a forced release at version v
+// with the given acquirability.
+func forced(t *testing.T, repo nodeid.Repository, id int, v nodeid.Version, acquirable bool) {
+	t.Helper()
+	rec, err := repo.Get(context.Background(), id)
+	if err != nil {
+		t.Fatalf("after ForceRelease: %v", err)
+	}
+	l := rec.Lease
+	if l.Held() || !l.Forced || l.Instance.Version != v || l.Acquirable != acquirable || l.Writer != "operator" {
+		t.Fatalf("after ForceRelease: %+v; want released by operator, forced, v%d, acquirable %v", l, v, acquirable)
+	}
+}
+
+// ForceRelease of a live holder: released at the holder's version (never
+// lower, even with a lower atLeast), marked forced; the holder's next
+// renewal fails and it fences itself; the next taker gets version + 1 and
+// does not count the release as graceful.
+func TestForceReleaseOfAHeldLease(t *testing.T) {
+	forEachServer(t, func(t *testing.T, srv *s3test.Server) {
+		ctx := context.Background()
+		repo := newRepo(t, srv, "")
+		cycle(t, repo, "a", 1) // node 0 at v1
+		cycle(t, repo, "b", 1) // node 0 at v2
+		lost := newLossRecorder()
+		holder := newProvider(t, repo, fastConfig(t, "holder", 1, lost))
+		held := acquire(t, holder, 10*time.Second)
+		if held.ID != 0 || held.Version != 3 {
+			t.Fatalf("holder got %v, want node 0 v3", held)
+		}
+
+		v, err := nodeid.ForceRelease(ctx, repo, 0, 1, "operator")
+		if err != nil || v != 3 {
+			t.Fatalf("ForceRelease: v%d, %v; want v3", v, err)
+		}
+		forced(t, repo, 0, 3, true)
+		select {
+		case err := <-lost.ch:
+			if !errors.Is(err, nodeid.ErrLeaseLost) {
+				t.Errorf("holder lost with %v, want ErrLeaseLost", err)
+			}
+		case <-time.After(2 * time.Second): // a renewal interval and its timeout, with room
+			t.Fatal("the holder did not notice the forced release")
+		}
+		if holder.Valid() {
+			t.Fatal("the holder is still valid after its loss")
+		}
+		next := newProvider(t, repo, fastConfig(t, "next", 1, nil))
+		if inst := acquire(t, next, 10*time.Second); inst != (nodeid.NodeInstance{ID: 0, Version: 4}) {
+			t.Fatalf("the next taker got %v, want node 0 v4", inst)
+		}
+		if next.PreviousGracefullyShutdown() {
+			t.Fatal("a forced release counted as graceful")
+		}
+	})
+}
+
+// ForceRelease of objects nobody holds: a released one keeps its version
+// (an atLeast above it raises it), a never-held one stays at 0, an unusable
+// one (scaled down) stays unusable.
+func TestForceReleaseOfObjectsNobodyHolds(t *testing.T) {
+	forEachServer(t, func(t *testing.T, srv *s3test.Server) {
+		ctx := context.Background()
+		repo := newRepo(t, srv, "")
+		if err := nodeid.Initialize(ctx, repo, 3, "boot", 2*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		cycle(t, repo, "a", 1) // node 0 released at v1
+		if v, err := nodeid.ForceRelease(ctx, repo, 0, 0, "operator"); err != nil || v != 1 {
+			t.Fatalf("released node 0: v%d, %v; want v1", v, err)
+		}
+		forced(t, repo, 0, 1, true)
+		if v, err := nodeid.ForceRelease(ctx, repo, 0, 5, "operator"); err != nil || v != 5 {
+			t.Fatalf("released node 0 with atLeast 5: v%d, %v; want v5", v, err)
+		}
+		forced(t, repo, 0, 5, true)
+
+		if v, err := nodeid.ForceRelease(ctx, repo, 1, 0, "operator"); err != nil || v != 0 {
+			t.Fatalf("never-held node 1: v%d, %v; want v0", v, err)
+		}
+		forced(t, repo, 1, 0, true)
+
+		if err := nodeid.Scale(ctx, repo, 2, "admin", 2*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if v, err := nodeid.ForceRelease(ctx, repo, 2, 0, "operator"); err != nil || v != 0 {
+			t.Fatalf("unusable node 2: v%d, %v", v, err)
+		}
+		forced(t, repo, 2, 0, false)
+	})
+}
+
+// Without the object, the version comes from the peers' mappings or the
+// operator; with neither, ForceRelease refuses (ErrVersionUnknown) rather
+// than release at a guess. A corrupt object is treated the same and
+// replaced.
+func TestForceReleaseOfMissingAndCorruptObjects(t *testing.T) {
+	forEachServer(t, func(t *testing.T, srv *s3test.Server) {
+		ctx := context.Background()
+		repo := newRepo(t, srv, "")
+		key := nodeid.LeaseKey(testPrefix, 0)
+
+		// Size 1: no peer can know node 0's version.
+		cycle(t, repo, "a", 1)
+		cycle(t, repo, "b", 1) // v2
+		deleteRaw(t, srv, key)
+		if _, err := nodeid.ForceRelease(ctx, repo, 0, 0, "operator"); !errors.Is(err, nodeid.ErrVersionUnknown) {
+			t.Fatalf("missing object, nothing known: %v, want ErrVersionUnknown", err)
+		}
+		if _, err := repo.Get(ctx, 0); !errors.Is(err, nodeid.ErrNotFound) {
+			t.Fatalf("a refused ForceRelease wrote the object: %v", err)
+		}
+		if v, err := nodeid.ForceRelease(ctx, repo, 0, 2, "operator"); err != nil || v != 2 {
+			t.Fatalf("missing object, atLeast 2: v%d, %v", v, err)
+		}
+		forced(t, repo, 0, 2, true)
+
+		putRaw(t, srv, key, "not a lease", map[string]string{"version": "x"})
+		if _, err := nodeid.ForceRelease(ctx, repo, 0, 0, "operator"); !errors.Is(err, nodeid.ErrVersionUnknown) {
+			t.Fatalf("corrupt object, nothing known: %v, want ErrVersionUnknown", err)
+		}
+		if v, err := nodeid.ForceRelease(ctx, repo, 0, 3, "operator"); err != nil || v != 3 {
+			t.Fatalf("corrupt object, atLeast 3: v%d, %v", v, err)
+		}
+		forced(t, repo, 0, 3, true)
+	})
+}
+
+// With a peer that records node 0's version in its mappings, a missing
+// object is released at that version, not refused and not at 0.
+func TestForceReleaseOfAMissingObjectUsesThePeersMappings(t *testing.T) {
+	forEachServer(t, func(t *testing.T, srv *s3test.Server) {
+		ctx := context.Background()
+		repo := newRepo(t, srv, "")
+		peer := nodeid.Lease{TaskID: "peer", Instance: nodeid.NodeInstance{ID: 1, Version: 2},
+			Expires: time.Now().Add(time.Hour), Duration: 2 * time.Second, Nonce: "n1", Acquirable: true,
+			KnownVersions: nodeid.VersionMappings{0: 7}}
+		body, meta := peer.Encode()
+		putRaw(t, srv, nodeid.LeaseKey(testPrefix, 1), string(body), meta)
+		v, err := nodeid.ForceRelease(ctx, repo, 0, 0, "operator")
+		if err != nil || v != 7 {
+			t.Fatalf("missing object, a peer records v7: v%d, %v", v, err)
+		}
+		forced(t, repo, 0, 7, true)
+		// The peer's lease is not touched.
+		if rec, err := repo.Get(ctx, 1); err != nil || rec.Lease.TaskID != "peer" {
+			t.Fatalf("the peer's lease after ForceRelease of node 0: %+v, %v", rec.Lease, err)
+		}
+	})
+}

@@ -1,0 +1,138 @@
+package nodeid_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/smithy-go/middleware"
+
+	"github.com/nodeid/nodeid/internal/s3test"
+	"github.com/nodeid/nodeid/nodeid"
+)
+
+// Found by the simulation (seed 1063 of make sim SEEDS=2000, with corrupt
+// objects: node 0's object was corrupted, then overwritten from outside at
+// v1, while the mappings of nodes 1, 2 and 4 still recorded v2). A take
+// reads every lease first so that its version is above all the bucket
+// records (Provider.take, surveyLeases), but a GET that failed in that
+// survey was skipped: the take went ahead on what it could read and
+// repeated a version a peer records. Here the GET of the peer's lease
+// answers 503: while it does, nothing is taken; once it answers, the take
+// is above the peer's mapping.
+func TestTakeAfterAFailedSurveyWaitsForEveryLease(t *testing.T) {
+	srv := s3test.NewFake(t)
+	ctx := context.Background()
+	direct := newRepo(t, srv, "")
+	if err := nodeid.Initialize(ctx, direct, 2, "boot", 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// Node 0 released at v1 (an outside write lowered it); node 1 held by a
+	// live peer whose mappings record node 0 at v5.
+	lowered := nodeid.Lease{Writer: "outsider", Instance: nodeid.NodeInstance{ID: 0, Version: 1}, Nonce: "n0", Acquirable: true}
+	body, meta := lowered.Encode()
+	putRaw(t, srv, nodeid.LeaseKey(testPrefix, 0), string(body), meta)
+	peer := nodeid.Lease{TaskID: "peer", Instance: nodeid.NodeInstance{ID: 1, Version: 3},
+		Expires: time.Now().Add(time.Hour), Duration: 2 * time.Second, Nonce: "n1", Acquirable: true,
+		KnownVersions: nodeid.VersionMappings{0: 5, 1: 3}}
+	body, meta = peer.Encode()
+	putRaw(t, srv, nodeid.LeaseKey(testPrefix, 1), string(body), meta)
+
+	// The taker's GETs of the peer's lease fail (503 SlowDown) while
+	// failing is set; every other request reaches the server.
+	client, err := nodeid.NewS3Client(ctx, nodeid.S3Config{
+		Endpoint: srv.URL, Region: srv.Region, PathStyle: true, AccessKey: srv.AccessKey, SecretKey: srv.SecretKey,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var failing atomic.Bool
+	var failed atomic.Int64
+	failing.Store(true)
+	peerKey := nodeid.LeaseKey(testPrefix, 1)
+	failPeer := middleware.InitializeMiddlewareFunc("failPeerGet", func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+		if g, ok := in.Parameters.(*s3.GetObjectInput); ok && failing.Load() && strings.HasSuffix(aws.ToString(g.Key), peerKey) {
+			failed.Add(1)
+			return middleware.InitializeOutput{}, middleware.Metadata{}, errors.New("injected: 503 SlowDown")
+		}
+		return next.HandleInitialize(ctx, in)
+	})
+	faulty := s3.New(client.Options(), func(o *s3.Options) {
+		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error { return s.Initialize.Add(failPeer, middleware.Before) })
+	})
+	repo, err := nodeid.NewS3Repository(faulty, srv.Bucket, testPrefix, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	p := newProvider(t, repo, fastConfig(t, "taker", 2, newLossRecorder()))
+	res := acquireAsync(p)
+	// Several surveys fail; none may take.
+	waitFor(t, 10*time.Second, "three failed surveys", func() bool { return failed.Load() >= 3 })
+	select {
+	case r := <-res:
+		t.Fatalf("took %v (err %v) although the survey could not read node 1's lease", r.inst, r.err)
+	default:
+	}
+	if rec, err := direct.Get(ctx, 0); err != nil || rec.Lease.Held() {
+		t.Fatalf("node 0 after failed surveys: %+v, %v; want it untaken", rec.Lease, err)
+	}
+	failing.Store(false)
+	select {
+	case r := <-res:
+		if r.err != nil {
+			t.Fatalf("no acquisition once the peer's lease could be read: %v", r.err)
+		}
+		if r.inst != (nodeid.NodeInstance{ID: 0, Version: 6}) {
+			t.Fatalf("took %v, want node 0 at v6 (above the peer's mapping v5)", r.inst)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no acquisition within 10 s once the peer's lease could be read")
+	}
+}
+
+// unreadableRepo answers every GET of one node with "storage unavailable",
+// as a throttled or failing S3 would.
+type unreadableRepo struct {
+	nodeid.Repository
+	id int
+}
+
+func (r unreadableRepo) Get(ctx context.Context, id int) (nodeid.Record, error) {
+	if id == r.id {
+		return nodeid.Record{}, fmt.Errorf("get %d: %w", id, nodeid.ErrUnavailable)
+	}
+	return r.Repository.Get(ctx, id)
+}
+
+// ForceRelease surveys every lease the same way: released at a version
+// below one an unread lease records, the ID's next holder could repeat it.
+// It refuses and writes nothing.
+func TestForceReleaseRefusesWhenALeaseCannotBeRead(t *testing.T) {
+	srv := s3test.NewFake(t)
+	ctx := context.Background()
+	direct := newRepo(t, srv, "")
+	if err := nodeid.Initialize(ctx, direct, 2, "boot", 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	before, err := direct.Get(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = nodeid.ForceRelease(ctx, unreadableRepo{Repository: direct, id: 1}, 0, 0, "operator")
+	if !errors.Is(err, nodeid.ErrUnavailable) {
+		t.Fatalf("ForceRelease with node 1 unreadable: %v, want ErrUnavailable", err)
+	}
+	if after, err := direct.Get(ctx, 0); err != nil || after.ETag != before.ETag {
+		t.Fatalf("node 0 changed by a refused ForceRelease: %+v, %v", after, err)
+	}
+	if _, err := nodeid.ForceRelease(ctx, direct, 0, 0, "operator"); err != nil {
+		t.Fatalf("ForceRelease once every lease reads: %v", err)
+	}
+}
