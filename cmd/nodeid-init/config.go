@@ -126,13 +126,7 @@ var options = []option{
 		return parseIntIn(v, 1, 1000, &s.keepVersions)
 	}},
 	{"data-workers", "NODEID_DATA_WORKERS", "32", "goroutines that copy, link and validate the data directory at once (1-1024); on EFS each file costs round trips that overlap", func(s *settings, v string) error {
-		if err := parseInt(v, 1, &s.dataWorkers); err != nil {
-			return err
-		}
-		if s.dataWorkers > 1024 {
-			return fmt.Errorf("must be <= 1024")
-		}
-		return nil
+		return parseIntIn(v, 1, 1024, &s.dataWorkers)
 	}},
 	{"immutable", "NODEID_IMMUTABLE", "", "comma-separated patterns of files never modified once written (hard-linked even after a crash), e.g. snapshots/**", func(s *settings, v string) error {
 		s.immutable = splitList(v)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"io"
 	"testing"
@@ -11,7 +12,7 @@ import (
 func TestDataWorkers(t *testing.T) {
 	names := append([]string{"bucket"}, dataOptions...)
 	parse := func(args ...string) (*settings, error) {
-		s, _, err := parseSettings("run", append([]string{"--bucket=bkt"}, args...), io.Discard, names, nil)
+		s, _, err := parseSettings(context.Background(), "run", append([]string{"--bucket=bkt"}, args...), io.Discard, names, nil)
 		return s, err
 	}
 	for _, tc := range []struct {
