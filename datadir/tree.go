@@ -457,22 +457,6 @@ func (t *tree) openSubdir(parent *dirJob, name, rel string) (*dirJob, error) {
 	return j, nil
 }
 
-// readDirEntries lists dir from its start, with the types getdents gives
-// (where it gives none, os does an lstat).
-func readDirEntries(dir *os.File) ([]os.DirEntry, error) {
-	d, err := openDirAt(dir, ".")
-	if err != nil {
-		return nil, err
-	}
-	defer d.Close()
-	entries, err := d.ReadDir(-1)
-	if err != nil {
-		return nil, err
-	}
-	slices.SortFunc(entries, func(a, b os.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
-	return entries, nil
-}
-
 // copySymlink recreates a symlink after checking that it stays inside, with
 // the times of the source link (st), as cp -a does.
 func (t *tree) copySymlink(src, dst *os.File, name, rel string, st *unix.Stat_t) error {
@@ -697,7 +681,7 @@ func (t *tree) validateList(j *dirJob) {
 }
 
 // validateEntry checks one entry of j's source against the target.
-func (t *tree) validateEntry(j *dirJob, e os.DirEntry) error {
+func (t *tree) validateEntry(j *dirJob, e dirEntry) error {
 	sfd, dfd := int(j.src.Fd()), int(j.dst.Fd())
 	src, dst := j.src, j.dst
 	name := e.Name()
