@@ -50,4 +50,3 @@ func TestDirentTypeUnknownAsksFstatat(t *testing.T) {
 		t.Errorf("readDirEntries = %v, want %v", names, want)
 	}
 }
-
