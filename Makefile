@@ -14,7 +14,7 @@ BUILD := GO=$(GO) VERSION=$(VERSION) COMMIT=$(COMMIT) scripts/build.sh
 DIST ?= dist
 RELEASE_ARCHES ?= amd64 arm64
 
-.PHONY: all build release image demo test test-short stress lint versitygw test-tools bench bench-datadir chaos clean sim sim-teeth fuzz docs-check
+.PHONY: all build release image demo test test-short stress lint versitygw test-tools bench bench-datadir bench-efs-handover chaos clean sim sim-teeth fuzz docs-check
 
 all: build test
 
@@ -103,6 +103,12 @@ bench: versitygw
 ## bench-datadir: data-directory preparation against cp -a (see docs/datadir.md)
 bench-datadir:
 	bash scripts/bench-datadir.sh
+
+## bench-efs-handover: graceful handover of a broker whose data directory holds
+## 10,000 files on the EFS-like FUSE mount (internal/efsfs; root and /dev/fuse),
+## SIGTERM to the successor's broker running; prints a table (docs/benchmarks.md)
+bench-efs-handover: versitygw
+	$(GO) run ./bench/cmd/bench -efs-handover 10000 -reps 3
 
 ## chaos: every chaos experiment against real nodeid-init processes and VersityGW
 ## (about 70 s); prints a table and writes docs/chaos-report.md (see docs/chaos.md)

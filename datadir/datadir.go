@@ -74,7 +74,7 @@ const (
 	defaultKeep             = 2
 	defaultDirMode          = fs.FileMode(0o750)
 	defaultProgressInterval = 5 * time.Second
-	defaultWorkers          = 1
+	defaultWorkers          = 32
 	markerMode              = fs.FileMode(0o640)
 )
 
@@ -130,8 +130,12 @@ type Options struct {
 	// of their source. It must include owner rwx.
 	DirMode fs.FileMode
 
-	// Workers is the number of files copied concurrently; zero means 1.
-	// More workers help on high-latency storage such as EFS.
+	// Workers bounds the goroutines that list, copy, link and validate
+	// concurrently; zero means 32. On EFS (NFS) every metadata operation
+	// is a round trip of about a millisecond and they overlap; on a local
+	// disk more workers neither help nor hurt much. A few work in one
+	// directory at a time (the kernel serialises creates in a directory),
+	// so a tree of few large directories gains less.
 	Workers int
 
 	// Logger receives progress and decisions; nil means slog.Default().
@@ -427,6 +431,11 @@ func Prepare(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 		// removed, another holder of this version proceeds, and whatever
 		// failed here must be a refusal, never an ordinary error.
 		if err == nil || errors.Is(err, ErrVersionUsed) {
+			return
+		}
+		if errors.Is(err, ErrSyncTimeout) {
+			// Removing it would wait on the same server (and fsync).
+			log.Warn("datadir: the failed target is left for the next preparation: the file system does not complete flushes", "dir", dir, "error", err)
 			return
 		}
 		if why := takenOver(node.f, target, dst, ours, cfg.tenure, markerStart); why != "" {
@@ -981,7 +990,7 @@ func unmark(dir *os.File) error {
 	if err := unlinkAt(dir, MarkerName); err != nil {
 		return err
 	}
-	return dir.Sync()
+	return syncFile(dir)
 }
 
 // takenOver re-inspects the target name of node after Prepare failed in
@@ -1031,7 +1040,7 @@ func removeValid(node *os.File, e entry, c Cluster) error {
 	if err := unlinkAt(e.dir, MarkerName); err != nil {
 		return err
 	}
-	if err := e.dir.Sync(); err != nil {
+	if err := syncFile(e.dir); err != nil {
 		return err
 	}
 	return removeLeftover(node, e)
@@ -1084,7 +1093,7 @@ func removeLeftover(node *os.File, e entry) error {
 	if err := unlinkAt(e.dir, MarkerName); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
-	if err := e.dir.Sync(); err != nil {
+	if err := syncFile(e.dir); err != nil {
 		return err
 	}
 	names, err := readDirNames(e.dir)
@@ -1133,7 +1142,28 @@ func removeFailedTarget(node *os.File, name string, v nodeid.Version, c Cluster,
 	if got.Dev != want.Dev || got.Ino != want.Ino || ip.Dev != ours.Dev || ip.Ino != ours.Ino {
 		return fmt.Errorf("%s is no longer the directory this preparation made; left in place", name)
 	}
-	return removeLeftover(node, e)
+	// Unlike a leftover of another preparer, ours will get no marker: the
+	// in-progress file goes last, so that whatever a failing file system
+	// (an fsync that fails, again) stops, the directory stays our leftover.
+	if err := makeWritable(e.dir); err != nil {
+		return err
+	}
+	names, err := readDirNames(e.dir)
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		if n == PreparingName {
+			continue
+		}
+		if err := removeAllAt(e.dir, n); err != nil {
+			return err
+		}
+	}
+	if err := unlinkAt(e.dir, PreparingName); err != nil {
+		return err
+	}
+	return rmdirAt(node, name, e.dir)
 }
 
 // removeLeftoversBelow removes the unfinished directories of this cluster

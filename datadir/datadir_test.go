@@ -542,7 +542,7 @@ func TestSymlinkedDirectoriesAreNotFollowed(t *testing.T) {
 }
 
 // setHook installs a test hook for the duration of the test.
-func setHook[F any](t *testing.T, hook *F, f F) {
+func setHook[F any](t testing.TB, hook *F, f F) {
 	var zero F
 	*hook = f
 	t.Cleanup(func() { *hook = zero })

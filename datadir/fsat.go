@@ -27,6 +27,15 @@ func createFile(dir *os.File, name string, b []byte) (err error) {
 	}
 	f := os.NewFile(uintptr(fd), path.Join(dir.Name(), name))
 	defer func() {
+		if err != nil {
+			// Written or flushed only in part: a marker must not vouch
+			// for anything then. Ours only: still the inode we created.
+			var st, ours unix.Stat_t
+			if unix.Fstat(fd, &ours) == nil && fstatat(int(dir.Fd()), name, &st) == nil &&
+				st.Dev == ours.Dev && st.Ino == ours.Ino {
+				_ = unlinkAt(dir, name)
+			}
+		}
 		if cerr := f.Close(); err == nil {
 			err = cerr
 		}
@@ -34,10 +43,10 @@ func createFile(dir *os.File, name string, b []byte) (err error) {
 	if _, err := f.Write(b); err != nil {
 		return err
 	}
-	if err := f.Sync(); err != nil {
+	if err := syncFile(f); err != nil {
 		return err
 	}
-	return dir.Sync()
+	return syncFile(dir)
 }
 
 // replaceFile unlinks name, which unlink(2) does without following a

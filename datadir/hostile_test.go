@@ -315,7 +315,9 @@ func TestPrepareDoesNotWriteThroughEntriesPlantedInTheTarget(t *testing.T) {
 					t.Error(err)
 				}
 			})
-			opts := Options{Logger: quiet, Cluster: clusterA, PreviousGraceful: tc.graceful, Tenure: "task-1"}
+			// One worker does a directory's files before its
+			// subdirectories: "d" is planted before it is made.
+			opts := Options{Logger: quiet, Cluster: clusterA, PreviousGraceful: tc.graceful, Tenure: "task-1", Workers: 1}
 			_, _, err := Prepare(context.Background(), root, inst(0, 2), opts)
 			if !planted {
 				t.Fatal("hook never ran")

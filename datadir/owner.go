@@ -117,7 +117,7 @@ func claimOwner(root *os.Root, rootPath string, c Cluster, log *slog.Logger) (bo
 	case err != nil:
 		return false, fmt.Errorf("datadir: %w", err)
 	}
-	if err := dir.Sync(); err != nil {
+	if err := syncFile(dir); err != nil {
 		return false, fmt.Errorf("datadir: %w", err)
 	}
 	log.Info("datadir: data root claimed for this cluster", "root", rootPath, "cluster", c.String(),

@@ -1,6 +1,7 @@
 package datadir
 
 import (
+	"errors"
 	"os"
 
 	"golang.org/x/sys/unix"
@@ -12,8 +13,12 @@ import (
 // directory itself is fsynced as well for file systems where syncfs does
 // less.
 func syncTree(d *os.File) error {
-	if err := unix.Syncfs(int(d.Fd())); err != nil {
+	err := bounded(d.Name(), "syncfs", func() error { return unix.Syncfs(int(d.Fd())) })
+	if err != nil {
+		if errors.Is(err, ErrSyncTimeout) {
+			return err
+		}
 		return &os.PathError{Op: "syncfs", Path: d.Name(), Err: err}
 	}
-	return d.Sync()
+	return syncFile(d)
 }

@@ -44,5 +44,5 @@ func syncTree(d *os.File) error {
 			}
 		}
 	}
-	return d.Sync()
+	return syncFile(d)
 }

@@ -51,16 +51,16 @@ type tree struct {
 
 	srcRoot *os.Root // the source, to resolve symlink chains in checkSymlink
 
-	sem   chan struct{} // bounds concurrent file copies and links to Workers
-	errMu sync.Mutex
-	err   error // the first error of a concurrent copy or link
+	pool   *pool // runs the walk's tasks on up to Workers goroutines
+	errMu  sync.Mutex
+	err    error      // the first error of the walk
+	hookMu sync.Mutex // testHookFile is called by one goroutine at a time
 
 	// Copied files with several names in the source, by source inode: the
 	// first target name, so that later names become links to it (cp -a).
-	// Only the walking goroutine uses the map.
-	copies map[inodeKey]*firstCopy
-	held   []*os.File // target directories that firstCopy entries name, closed at the end
-	heldOf *os.File   // the directory the last of held duplicates
+	copiesMu sync.Mutex
+	copies   map[inodeKey]*firstCopy
+	held     map[*os.File]*os.File // target directories firstCopy entries name, duplicated; closed at the end
 
 	// After an ungraceful takeover, each linked file as it was right after
 	// its linkat, by relative path: validation refuses any change since.
@@ -68,7 +68,8 @@ type tree struct {
 	stamps  map[string]linkStamp
 
 	// What validation found in the target, by relative path, for recheck.
-	carried map[string]carriedEntry
+	carriedMu sync.Mutex
+	carried   map[string]carriedEntry
 
 	filesCopied, bytesCopied atomic.Int64
 	filesLinked, bytesLinked atomic.Int64
@@ -95,13 +96,20 @@ type carriedEntry struct {
 	size int64
 }
 
-// firstCopy is the first target name of a copied multi-name source file;
-// done is closed once its copy has ended, err is its result.
+// firstCopy is the first target name of a copied multi-name source file.
+// Until finished, later names wait in waiters; err is the copy's result.
 type firstCopy struct {
-	dir  *os.File
-	name string
-	done chan struct{}
-	err  error
+	dir      *os.File
+	name     string
+	finished bool
+	err      error
+	waiters  []waiter
+}
+
+// waiter is a later name of a firstCopy, in the directory j.
+type waiter struct {
+	j         *dirJob
+	name, rel string
 }
 
 // action is what happens to one entry of the source tree. Copy and
@@ -164,21 +172,23 @@ func (t *tree) copyAndValidate(res *Result) (err error) {
 		return fmt.Errorf("datadir: %w", err)
 	}
 	defer t.srcRoot.Close()
-	t.sem = make(chan struct{}, t.cfg.workers)
 	t.copies = map[inodeKey]*firstCopy{}
+	t.held = map[*os.File]*os.File{}
 	t.stamps = map[string]linkStamp{}
 	defer func() {
 		for _, d := range t.held {
 			d.Close()
 		}
 	}()
+	defer func() {
+		res.FilesCopied, res.BytesCopied = t.filesCopied.Load(), t.bytesCopied.Load()
+		res.FilesLinked, res.BytesLinked = t.filesLinked.Load(), t.bytesLinked.Load()
+		res.Symlinks, res.Skipped = t.symlinks.Load(), t.skipped.Load()
+	}()
 
 	stop := t.logProgress()
 	err = t.copyTop()
 	stop()
-	res.FilesCopied, res.BytesCopied = t.filesCopied.Load(), t.bytesCopied.Load()
-	res.FilesLinked, res.BytesLinked = t.filesLinked.Load(), t.bytesLinked.Load()
-	res.Symlinks, res.Skipped = t.symlinks.Load(), t.skipped.Load()
 	if err != nil {
 		return fmt.Errorf("datadir: copying %s to %s: %w", t.src, t.dst, err)
 	}
@@ -190,128 +200,191 @@ func (t *tree) copyAndValidate(res *Result) (err error) {
 
 // copyTop copies the contents of the source into the existing target and
 // gives the target the source's times, as cp -a does. Its mode is Prepare's.
+// Directories are listed, and files copied or linked, by up to Workers
+// goroutines: on NFS each of those system calls is a round trip, and
+// they overlap.
 func (t *tree) copyTop() error {
 	var st unix.Stat_t
 	if err := unix.Fstat(int(t.srcDir.Fd()), &st); err != nil {
 		return &os.PathError{Op: "fstat", Path: t.srcDir.Name(), Err: err}
 	}
-	if err := t.copyDir(t.srcDir, t.dstDir, ""); err != nil {
-		return err
-	}
-	return setTimes(t.dstDir, ".", &st)
+	t.err = nil
+	t.pool = newPool()
+	top := &dirJob{src: t.srcDir, dst: t.dstDir, finish: func(*dirJob) {
+		if t.firstErr() == nil {
+			t.setErr(setTimes(t.dstDir, ".", &st))
+		}
+	}}
+	top.start()
+	t.pool.run(t.cfg.workers, func() { t.copyDir(top) })
+	return t.firstErr()
 }
 
-// copyDir copies the entries of src, the source directory rel, into dst.
-// Regular files are copied or linked by up to Workers goroutines; they are
-// all done when copyDir returns, so the caller may then set dst's times and
-// mode and close both.
-func (t *tree) copyDir(src, dst *os.File, rel string) (err error) {
-	names, err := readDirNames(src)
-	if err != nil {
-		return err
+// stopped reports whether the walk is to end: an error, or the context.
+func (t *tree) stopped() bool {
+	if t.firstErr() != nil {
+		return true
 	}
-	slices.Sort(names)
-	var wg sync.WaitGroup
-	defer func() {
-		wg.Wait()
-		if err == nil {
-			err = t.firstErr()
-		}
-	}()
-	for _, name := range names {
-		if err := t.ctx.Err(); err != nil {
-			return err
-		}
-		if err := t.firstErr(); err != nil {
-			return err
-		}
-		crel := path.Join(rel, name)
-		var st unix.Stat_t
-		if err := fstatat(int(src.Fd()), name, &st); err != nil {
-			return err
-		}
-		mode := modeOf(&st)
-		act := t.classify(crel, mode, t.shareable(&st))
+	if err := t.ctx.Err(); err != nil {
+		t.setErr(err)
+		return true
+	}
+	return false
+}
+
+// fileJob is an entry of a directory being copied that is not a directory.
+type fileJob struct {
+	name, rel string
+	act       action
+}
+
+// copyDir lists j's source and queues its entries: subdirectories one task
+// each, other entries in batches. It is one of j's tasks.
+func (t *tree) copyDir(j *dirJob) {
+	defer j.done()
+	if t.stopped() {
+		return
+	}
+	entries, err := readDirEntries(j.src)
+	if err != nil {
+		t.setErr(err)
+		return
+	}
+	var files []fileJob
+	for _, e := range entries {
+		name := e.Name()
+		rel := path.Join(j.rel, name)
+		// The type from the directory listing (getdents: no round trip
+		// per entry); copyFile checks it again on the open file.
+		act := t.classify(rel, e.Type(), true)
 		switch act {
 		case actSkip:
 			t.skipped.Add(1)
 		case actSpecial:
 			t.skipped.Add(1)
-			t.log.Warn("datadir: leaving out a special file", "path", crel, "type", mode.Type().String())
+			t.log.Warn("datadir: leaving out a special file", "path", rel, "type", e.Type().String())
 		case actDir:
-			if err := t.copySubdir(src, dst, name, crel, &st); err != nil {
-				return err
-			}
-		case actSymlink:
-			if err := t.copySymlink(src, dst, name, crel, &st); err != nil {
-				return err
-			}
-		case actLink, actCopy:
-			if testHookFile != nil {
-				testHookFile(crel)
-			}
-			do := func() error { return t.copyFile(src, dst, name, crel) }
-			switch {
-			case act == actLink:
-				do = func() error { return t.link(src, dst, name, crel, st.Size) }
-			case st.Nlink > 1:
-				if do, err = t.copyMultiName(dst, name, crel, &st, do); err != nil {
-					return err
-				}
-			}
-			if t.cfg.workers == 1 {
-				if err := do(); err != nil {
-					return err
-				}
-				continue
-			}
-			t.sem <- struct{}{}
-			wg.Go(func() {
-				defer func() { <-t.sem }()
-				if err := do(); err != nil {
-					t.setErr(err)
-				}
-			})
+			j.start()
+			t.pool.add(func() { t.copySubdir(j, name, rel) })
+		default:
+			files = append(files, fileJob{name: name, rel: rel, act: act})
 		}
 	}
+	var batches []func()
+	for b := range slices.Chunk(files, batch) {
+		batches = append(batches, func() {
+			for _, f := range b {
+				if t.stopped() {
+					return
+				}
+				t.setErr(t.copyEntry(j, f))
+			}
+		})
+	}
+	// Links hold the directory's lock for all their round trips: one
+	// runner per directory; copies do most of theirs outside it.
+	limit := perDir
+	if t.cfg.graceful {
+		limit = 1
+	}
+	j.spread(t.pool, batches, limit)
+}
+
+// copyEntry copies, links or recreates one entry that is not a directory.
+func (t *tree) copyEntry(j *dirJob, f fileJob) error {
+	if f.act == actSymlink {
+		var st unix.Stat_t
+		if err := fstatat(int(j.src.Fd()), f.name, &st); err != nil {
+			return err
+		}
+		return t.copySymlink(j.src, j.dst, f.name, f.rel, &st)
+	}
+	if testHookFile != nil {
+		t.hookMu.Lock()
+		stop := t.stopped()
+		if !stop {
+			testHookFile(f.rel)
+		}
+		t.hookMu.Unlock()
+		if stop {
+			return nil
+		}
+	}
+	if f.act == actLink && !t.cfg.graceful {
+		// Linked after a crash only with one name and settled.
+		var st unix.Stat_t
+		if err := fstatat(int(j.src.Fd()), f.name, &st); err != nil {
+			return err
+		}
+		if !t.shareable(&st) {
+			f.act = actCopy
+		}
+	}
+	if f.act == actLink {
+		return t.link(j.src, j.dst, f.name, f.rel)
+	}
+	return t.copyFile(j, f.name, f.rel)
+}
+
+// linkToCopy makes name in dst another name of the copy f, as the source's
+// names are of one inode (cp -a).
+func (t *tree) linkToCopy(f *firstCopy, dst *os.File, name, rel string) error {
+	if err := unix.Linkat(int(f.dir.Fd()), f.name, int(dst.Fd()), name, 0); err != nil {
+		return &os.LinkError{Op: "linkat", Old: path.Join(f.dir.Name(), f.name), New: path.Join(t.dst, rel), Err: err}
+	}
+	t.filesCopied.Add(1) // a name of a copied file; its bytes are counted once
 	return nil
 }
 
-// copyMultiName keeps the source's hard links among copies: the first name
-// of a source inode is copied (copy), later ones are linked to that copy
-// once it is done.
-func (t *tree) copyMultiName(dst *os.File, name, rel string, st *unix.Stat_t, copyFn func() error) (func() error, error) {
+// firstCopyOf registers the copy of a multi-name source file: the first name
+// seen is copied (first true); a later one is linked to that copy once it
+// is done, by a task queued then (waiting would hold a worker).
+// A later name of a copy already finished comes back with done set, and
+// the copy's error.
+func (t *tree) firstCopyOf(st *unix.Stat_t, j *dirJob, name, rel string) (f *firstCopy, first, done bool, err error) {
 	k := inodeKey{uint64(st.Dev), uint64(st.Ino)}
+	t.copiesMu.Lock()
+	defer t.copiesMu.Unlock()
 	if f, ok := t.copies[k]; ok {
-		return func() error {
-			<-f.done
-			if f.err != nil {
-				return f.err
-			}
-			if err := unix.Linkat(int(f.dir.Fd()), f.name, int(dst.Fd()), name, 0); err != nil {
-				return &os.LinkError{Op: "linkat", Old: path.Join(f.dir.Name(), f.name), New: path.Join(t.dst, rel), Err: err}
-			}
-			t.filesCopied.Add(1) // a name of a copied file; its bytes are counted once
-			return nil
-		}, nil
-	}
-	// dst is closed when its walk ends; the later names may be elsewhere.
-	if t.heldOf != dst {
-		fd, err := unix.FcntlInt(dst.Fd(), unix.F_DUPFD_CLOEXEC, 0)
-		if err != nil {
-			return nil, &os.PathError{Op: "fcntl", Path: dst.Name(), Err: err}
+		if f.finished {
+			return f, false, true, f.err
 		}
-		t.held = append(t.held, os.NewFile(uintptr(fd), dst.Name()))
-		t.heldOf = dst
+		j.start()
+		f.waiters = append(f.waiters, waiter{j: j, name: name, rel: rel})
+		return f, false, false, nil
 	}
-	dir := t.held[len(t.held)-1]
-	f := &firstCopy{dir: dir, name: name, done: make(chan struct{})}
+	// j.dst is closed when its walk ends; the later names may be elsewhere.
+	held, ok := t.held[j.dst]
+	if !ok {
+		fd, err := unix.FcntlInt(j.dst.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			t.setErr(&os.PathError{Op: "fcntl", Path: j.dst.Name(), Err: err})
+			held = j.dst // not reached: the walk stops on the error
+		} else {
+			held = os.NewFile(uintptr(fd), j.dst.Name())
+			t.held[j.dst] = held
+		}
+	}
+	f = &firstCopy{dir: held, name: name}
 	t.copies[k] = f
-	return func() error {
-		f.err = copyFn()
-		close(f.done)
-		return f.err
-	}, nil
+	return f, true, false, nil
+}
+
+// copied ends the first copy f with err and queues the later names.
+func (t *tree) copied(f *firstCopy, err error) {
+	t.copiesMu.Lock()
+	f.finished, f.err = true, err
+	ws := f.waiters
+	f.waiters = nil
+	t.copiesMu.Unlock()
+	for _, w := range ws {
+		t.pool.add(func() {
+			defer w.j.done()
+			if err == nil && !t.stopped() {
+				t.setErr(t.linkToCopy(f, w.j.dst, w.name, w.rel))
+			}
+		})
+	}
 }
 
 func (t *tree) firstErr() error {
@@ -320,7 +393,11 @@ func (t *tree) firstErr() error {
 	return t.err
 }
 
+// setErr keeps the first non-nil error.
 func (t *tree) setErr(err error) {
+	if err == nil {
+		return
+	}
 	t.errMu.Lock()
 	defer t.errMu.Unlock()
 	if t.err == nil {
@@ -328,33 +405,56 @@ func (t *tree) setErr(err error) {
 	}
 }
 
-// copySubdir creates the directory name in dst, owner-only until it is
-// filled, copies into it, then gives it the source's times and mode (mode
-// last, so that a read-only source directory can be filled).
-func (t *tree) copySubdir(src, dst *os.File, name, rel string, st *unix.Stat_t) error {
-	if err := unix.Mkdirat(int(dst.Fd()), name, 0o700); err != nil {
-		return &os.PathError{Op: "mkdirat", Path: path.Join(t.dst, rel), Err: err}
+// copySubdir creates the directory name in parent's target, owner-only
+// until it is filled, and queues its entries. Once they are all done it
+// gets the source's times and mode (mode last, so that a read-only source
+// directory can be filled). It is one of parent's tasks.
+func (t *tree) copySubdir(parent *dirJob, name, rel string) {
+	if t.stopped() {
+		parent.done()
+		return
 	}
-	s, err := openDirAt(src, name)
+	j, err := t.openSubdir(parent, name, rel)
 	if err != nil {
-		return err
+		t.setErr(err)
+		parent.done()
+		return
 	}
-	defer s.Close()
-	d, err := openDirAt(dst, name)
+	var st unix.Stat_t
+	if err := unix.Fstat(int(j.src.Fd()), &st); err != nil {
+		t.setErr(&os.PathError{Op: "fstat", Path: j.src.Name(), Err: err})
+	}
+	j.finish = func(j *dirJob) {
+		defer j.src.Close()
+		defer j.dst.Close()
+		if t.firstErr() != nil {
+			return
+		}
+		t.setErr(setTimes(parent.dst, name, &st))
+		if err := unix.Fchmod(int(j.dst.Fd()), uint32(st.Mode&0o7777)); err != nil {
+			t.setErr(&os.PathError{Op: "fchmod", Path: path.Join(t.dst, rel), Err: err})
+		}
+	}
+	t.copyDir(j)
+}
+
+// openSubdir makes the target directory name and opens it and the source's.
+func (t *tree) openSubdir(parent *dirJob, name, rel string) (*dirJob, error) {
+	if err := unix.Mkdirat(int(parent.dst.Fd()), name, 0o700); err != nil {
+		return nil, &os.PathError{Op: "mkdirat", Path: path.Join(t.dst, rel), Err: err}
+	}
+	s, err := openDirAt(parent.src, name)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer d.Close()
-	if err := t.copyDir(s, d, rel); err != nil {
-		return err
+	d, err := openDirAt(parent.dst, name)
+	if err != nil {
+		s.Close()
+		return nil, err
 	}
-	if err := setTimes(dst, name, st); err != nil {
-		return err
-	}
-	if err := unix.Fchmod(int(d.Fd()), uint32(st.Mode&0o7777)); err != nil {
-		return &os.PathError{Op: "fchmod", Path: path.Join(t.dst, rel), Err: err}
-	}
-	return nil
+	j := &dirJob{parent: parent, src: s, dst: d, name: name, rel: rel}
+	j.start()
+	return j, nil
 }
 
 // copySymlink recreates a symlink after checking that it stays inside, with
@@ -374,9 +474,11 @@ func (t *tree) copySymlink(src, dst *os.File, name, rel string, st *unix.Stat_t)
 	return setTimes(dst, name, st)
 }
 
-// copyFile copies a regular file: copy_file_range(2) through
-// (*os.File).ReadFrom, then the source's mode and times.
-func (t *tree) copyFile(src, dst *os.File, name, rel string) (err error) {
+// copyFile copies a regular file of j: copy_file_range(2), then the
+// source's mode and times. A file with several names is copied once, at
+// its first name (see firstCopyOf).
+func (t *tree) copyFile(j *dirJob, name, rel string) (err error) {
+	src, dst := j.src, j.dst
 	// O_NONBLOCK: a file swapped for a FIFO must not block the open.
 	sfd, err := unix.Openat(int(src.Fd()), name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -391,6 +493,18 @@ func (t *tree) copyFile(src, dst *os.File, name, rel string) (err error) {
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return fmt.Errorf("%w: %s is no longer a regular file", ErrValidation, rel)
 	}
+	if st.Nlink > 1 {
+		f, first, done, ferr := t.firstCopyOf(&st, j, name, rel)
+		switch {
+		case !first && !done:
+			return nil // linked by copied
+		case !first && ferr != nil:
+			return ferr
+		case !first:
+			return t.linkToCopy(f, dst, name, rel)
+		}
+		defer func() { t.copied(f, err) }()
+	}
 	dfd, err := unix.Openat(int(dst.Fd()), name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return &os.PathError{Op: "create", Path: path.Join(t.dst, rel), Err: err}
@@ -403,7 +517,7 @@ func (t *tree) copyFile(src, dst *os.File, name, rel string) (err error) {
 	}()
 	t.filesCopied.Add(1)
 	t.bytesCopied.Add(st.Size)
-	if err := copyData(df, sf); err != nil {
+	if err := copyData(df, sf, &st); err != nil {
 		return err
 	}
 	if err := copyXattrs(sfd, dfd); err != nil {
@@ -445,7 +559,7 @@ func copyMode(fd int, st *unix.Stat_t) (uint32, error) {
 // holder's write after that point can set the mtime back, not the ctime.
 // (After a graceful one nobody writes it, and linking every name of a
 // multi-name file would move its ctime anyway.)
-func (t *tree) link(src, dst *os.File, name, rel string, size int64) error {
+func (t *tree) link(src, dst *os.File, name, rel string) error {
 	if err := unix.Linkat(int(src.Fd()), name, int(dst.Fd()), name, 0); err != nil {
 		return &os.LinkError{Op: "linkat", Old: path.Join(t.src, rel), New: path.Join(t.dst, rel), Err: err}
 	}
@@ -458,8 +572,8 @@ func (t *tree) link(src, dst *os.File, name, rel string, size int64) error {
 		t.stamps[rel] = stampOf(&st)
 		t.stampMu.Unlock()
 	}
+	// Its bytes are counted by validation, which stats it anyway.
 	t.filesLinked.Add(1)
-	t.bytesLinked.Add(size)
 	return nil
 }
 
@@ -471,27 +585,6 @@ func setTimes(dir *os.File, name string, st *unix.Stat_t) error {
 		return &os.PathError{Op: "utimensat", Path: path.Join(dir.Name(), name), Err: err}
 	}
 	return nil
-}
-
-// modeOf converts the type bits of a stat to an fs.FileMode for classify.
-func modeOf(st *unix.Stat_t) fs.FileMode {
-	m := fs.FileMode(st.Mode & 0o777)
-	switch st.Mode & unix.S_IFMT {
-	case unix.S_IFDIR:
-		m |= fs.ModeDir
-	case unix.S_IFLNK:
-		m |= fs.ModeSymlink
-	case unix.S_IFREG:
-	case unix.S_IFIFO:
-		m |= fs.ModeNamedPipe
-	case unix.S_IFSOCK:
-		m |= fs.ModeSocket
-	case unix.S_IFCHR:
-		m |= fs.ModeDevice | fs.ModeCharDevice
-	default:
-		m |= fs.ModeDevice
-	}
-	return m
 }
 
 // checkSymlink refuses a link that is absolute or resolves outside the
@@ -554,132 +647,180 @@ func (t *tree) logProgress() (stop func()) {
 // validation costs as much as the linking itself.
 func (t *tree) validate() error {
 	t.carried = map[string]carriedEntry{}
-	return t.validateDir(t.srcDir, t.dstDir, "")
+	t.err = nil
+	t.pool = newPool()
+	top := &dirJob{src: t.srcDir, dst: t.dstDir}
+	top.start()
+	t.pool.run(t.cfg.workers, func() { t.validateList(top) })
+	return t.firstErr()
 }
 
-func (t *tree) validateDir(src, dst *os.File, dir string) error {
-	s, err := openDirAt(src, ".") // read from the start
-	if err != nil {
-		return err
+// validateList lists j's source again and queues its entries in batches.
+func (t *tree) validateList(j *dirJob) {
+	defer j.done()
+	if t.stopped() {
+		return
 	}
-	entries, err := s.ReadDir(-1)
-	s.Close()
+	entries, err := readDirEntries(j.src)
 	if err != nil {
-		return err
+		t.setErr(err)
+		return
 	}
-	sfd, dfd := int(src.Fd()), int(dst.Fd())
-	for _, e := range entries {
-		if err := t.ctx.Err(); err != nil {
-			return err
-		}
-		name := e.Name()
-		rel := path.Join(dir, name)
-		bad := func(format string, args ...any) error {
-			return fmt.Errorf("%w: %s: %s", ErrValidation, rel, fmt.Sprintf(format, args...))
-		}
-		// The link count and ctime now include our own link (and so say
-		// nothing); whether a file was linked or copied is decided below.
-		act := t.classify(rel, e.Type(), true)
-		if act == actSkip || act == actSpecial {
-			continue
-		}
-		var ss, ds unix.Stat_t
-		if err := fstatat(sfd, name, &ss); err != nil {
-			return err
-		}
-		switch err := fstatat(dfd, name, &ds); {
-		case errors.Is(err, fs.ErrNotExist):
-			return bad("missing in the target")
-		case err != nil:
-			return err
-		}
-		if st, dt := ss.Mode&unix.S_IFMT, ds.Mode&unix.S_IFMT; st != dt {
-			return bad("file type %#o in the target, %#o in the source", dt, st)
-		}
-		ce := carriedEntry{typ: ds.Mode & unix.S_IFMT}
-		if ce.typ == unix.S_IFREG {
-			ce.size = ds.Size
-		}
-		t.carried[rel] = ce
-		sameInode := ss.Dev == ds.Dev && ss.Ino == ds.Ino
-		if act == actLink && !t.cfg.graceful && !sameInode && !t.shareable(&ss) {
-			// An immutable name of a file with other names, or changed
-			// recently: copied. Its ctime only grows, so a file copied
-			// for being recent is still recent now.
-			act = actCopy
-		}
-		switch act {
-		case actDir:
-			if err := t.validateSubdir(src, dst, name, rel); err != nil {
-				return err
+	var batches []func()
+	for b := range slices.Chunk(entries, batch) {
+		batches = append(batches, func() {
+			for _, e := range b {
+				if t.stopped() {
+					return
+				}
+				t.setErr(t.validateEntry(j, e))
 			}
-		case actSymlink:
-			st, err := readlinkat(sfd, name)
+		})
+	}
+	j.spread(t.pool, batches, perDir)
+}
+
+// validateEntry checks one entry of j's source against the target.
+func (t *tree) validateEntry(j *dirJob, e dirEntry) error {
+	sfd, dfd := int(j.src.Fd()), int(j.dst.Fd())
+	src, dst := j.src, j.dst
+	name := e.Name()
+	rel := path.Join(j.rel, name)
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s: %s", ErrValidation, rel, fmt.Sprintf(format, args...))
+	}
+	// The link count and ctime now include our own link (and so say
+	// nothing); whether a file was linked or copied is decided below.
+	act := t.classify(rel, e.Type(), true)
+	if act == actSkip || act == actSpecial {
+		return nil
+	}
+	var ss, ds unix.Stat_t
+	if err := fstatat(sfd, name, &ss); err != nil {
+		return err
+	}
+	switch err := fstatat(dfd, name, &ds); {
+	case errors.Is(err, fs.ErrNotExist):
+		return bad("missing in the target")
+	case err != nil:
+		return err
+	}
+	if st, dt := ss.Mode&unix.S_IFMT, ds.Mode&unix.S_IFMT; st != dt {
+		return bad("file type %#o in the target, %#o in the source", dt, st)
+	}
+	ce := carriedEntry{typ: ds.Mode & unix.S_IFMT}
+	if ce.typ == unix.S_IFREG {
+		ce.size = ds.Size
+	}
+	t.carriedMu.Lock()
+	t.carried[rel] = ce
+	t.carriedMu.Unlock()
+	sameInode := ss.Dev == ds.Dev && ss.Ino == ds.Ino
+	if act == actLink && !t.cfg.graceful && !sameInode && !t.shareable(&ss) {
+		// An immutable name of a file with other names, or changed
+		// recently: copied. Its ctime only grows, so a file copied
+		// for being recent is still recent now.
+		act = actCopy
+	}
+	switch act {
+	case actDir:
+		j.start()
+		t.pool.add(func() { t.validateSubdir(j, name, rel) })
+	case actSymlink:
+		st, err := readlinkat(sfd, name)
+		if err != nil {
+			return err
+		}
+		dt, err := readlinkat(dfd, name)
+		if err != nil {
+			return err
+		}
+		if st != dt {
+			return bad("link target %q in the target, %q in the source", dt, st)
+		}
+		// A file swapped for a symlink after it was classified is
+		// linked, not checked, by the copy: check it here.
+		if err := checkSymlink(t.srcRoot, rel, st); err != nil {
+			return err
+		}
+	case actLink:
+		if !sameInode {
+			return bad("not a hard link to the source")
+		}
+		t.bytesLinked.Add(ss.Size)
+		// Linked with one name in the source, plus ours: another name
+		// appeared since, through which a stale holder may write.
+		if !t.cfg.graceful && ss.Nlink > 2 {
+			return bad("linked, but the source file has %d names now", ss.Nlink)
+		}
+		// Settled when linked; written since (our link moved its ctime,
+		// not its mtime): a stale holder still writes it.
+		if !t.cfg.graceful && !t.cfg.settledBefore.IsZero() && ss.Mtim.Nano() >= t.cfg.settledBefore.UnixNano() {
+			return bad("linked, but the source file was written since")
+		}
+		// Written (or touched) since our linkat, even with its mtime
+		// set back: that moves the ctime.
+		if !t.cfg.graceful {
+			t.stampMu.Lock()
+			was, ok := t.stamps[rel]
+			t.stampMu.Unlock()
+			switch {
+			case !ok:
+				return bad("a hard link to the source that this preparation did not make")
+			case stampOf(&ds) != was:
+				return bad("linked, but the file changed since it was linked (size %d→%d, mtime %v→%v, ctime %v→%v)",
+					was.size, ds.Size, time.Unix(was.mtime.Unix()), time.Unix(ds.Mtim.Unix()),
+					time.Unix(was.ctime.Unix()), time.Unix(ds.Ctim.Unix()))
+			}
+		}
+	case actCopy:
+		if sameInode {
+			// Sharing a mutable file with a stale holder is the one
+			// thing a copy must never do.
+			return bad("shares its inode with the source")
+		}
+		if ss.Size != ds.Size {
+			return bad("size %d in the target, %d in the source", ds.Size, ss.Size)
+		}
+		if t.cfg.verifyContent {
+			same, err := sameContent(src, dst, name)
 			if err != nil {
 				return err
 			}
-			dt, err := readlinkat(dfd, name)
-			if err != nil {
-				return err
-			}
-			if st != dt {
-				return bad("link target %q in the target, %q in the source", dt, st)
-			}
-			// A file swapped for a symlink after it was classified is
-			// linked, not checked, by the copy: check it here.
-			if err := checkSymlink(t.srcRoot, rel, st); err != nil {
-				return err
-			}
-		case actLink:
-			if !sameInode {
-				return bad("not a hard link to the source")
-			}
-			// Linked with one name in the source, plus ours: another name
-			// appeared since, through which a stale holder may write.
-			if !t.cfg.graceful && ss.Nlink > 2 {
-				return bad("linked, but the source file has %d names now", ss.Nlink)
-			}
-			// Settled when linked; written since (our link moved its ctime,
-			// not its mtime): a stale holder still writes it.
-			if !t.cfg.graceful && !t.cfg.settledBefore.IsZero() && ss.Mtim.Nano() >= t.cfg.settledBefore.UnixNano() {
-				return bad("linked, but the source file was written since")
-			}
-			// Written (or touched) since our linkat, even with its mtime
-			// set back: that moves the ctime.
-			if !t.cfg.graceful {
-				t.stampMu.Lock()
-				was, ok := t.stamps[rel]
-				t.stampMu.Unlock()
-				switch {
-				case !ok:
-					return bad("a hard link to the source that this preparation did not make")
-				case stampOf(&ds) != was:
-					return bad("linked, but the file changed since it was linked (size %d→%d, mtime %v→%v, ctime %v→%v)",
-						was.size, ds.Size, time.Unix(was.mtime.Unix()), time.Unix(ds.Mtim.Unix()),
-						time.Unix(was.ctime.Unix()), time.Unix(ds.Ctim.Unix()))
-				}
-			}
-		case actCopy:
-			if sameInode {
-				// Sharing a mutable file with a stale holder is the one
-				// thing a copy must never do.
-				return bad("shares its inode with the source")
-			}
-			if ss.Size != ds.Size {
-				return bad("size %d in the target, %d in the source", ds.Size, ss.Size)
-			}
-			if t.cfg.verifyContent {
-				same, err := sameContent(src, dst, name)
-				if err != nil {
-					return err
-				}
-				if !same {
-					return bad("content differs")
-				}
+			if !same {
+				return bad("content differs")
 			}
 		}
 	}
 	return nil
+}
+
+// validateSubdir opens the directory name in parent's source and target
+// and validates it. It is one of parent's tasks.
+func (t *tree) validateSubdir(parent *dirJob, name, rel string) {
+	if t.stopped() {
+		parent.done()
+		return
+	}
+	s, err := openDirAt(parent.src, name)
+	if err != nil {
+		t.setErr(err)
+		parent.done()
+		return
+	}
+	d, err := openDirAt(parent.dst, name)
+	if err != nil {
+		s.Close()
+		t.setErr(err)
+		parent.done()
+		return
+	}
+	j := &dirJob{parent: parent, src: s, dst: d, name: name, rel: rel, finish: func(j *dirJob) {
+		j.src.Close()
+		j.dst.Close()
+	}}
+	j.start()
+	t.validateList(j)
 }
 
 // recheck checks, after the marker was written, that everything validation
@@ -689,7 +830,13 @@ func (t *tree) validateDir(src, dst *os.File, dir string) error {
 // recheck still goes through (see docs/datadir.md).
 func (t *tree) recheck() error {
 	missing := maps.Clone(t.carried)
-	if err := t.recheckDir(t.dstDir, "", missing); err != nil {
+	var mu sync.Mutex // guards missing
+	t.err = nil
+	t.pool = newPool()
+	top := &dirJob{dst: t.dstDir}
+	top.start()
+	t.pool.run(t.cfg.workers, func() { t.recheckDir(top, missing, &mu) })
+	if err := t.firstErr(); err != nil {
 		return err
 	}
 	if len(missing) > 0 {
@@ -700,60 +847,69 @@ func (t *tree) recheck() error {
 	return nil
 }
 
-// recheckDir deletes from missing what it finds, unchanged, below dir.
-func (t *tree) recheckDir(d *os.File, dir string, missing map[string]carriedEntry) error {
-	names, err := readDirNames(d)
+// recheckDir deletes from missing what it finds, unchanged, below j.dst.
+// It is one of j's tasks.
+func (t *tree) recheckDir(j *dirJob, missing map[string]carriedEntry, mu *sync.Mutex) {
+	defer j.done()
+	if t.stopped() {
+		return
+	}
+	names, err := readDirNames(j.dst)
 	if err != nil {
-		return err
+		t.setErr(err)
+		return
 	}
-	for _, name := range names {
-		rel := path.Join(dir, name)
-		want, ok := missing[rel]
-		if !ok {
-			continue
-		}
-		var st unix.Stat_t
-		switch err := fstatat(int(d.Fd()), name, &st); {
-		case errors.Is(err, fs.ErrNotExist):
-			continue // reported as missing
-		case err != nil:
-			return err
-		}
-		if typ := st.Mode & unix.S_IFMT; typ != want.typ || typ == unix.S_IFREG && st.Size != want.size {
-			return fmt.Errorf("%w: %s changed after validation (type %#o, size %d; validated %#o, %d)",
-				ErrValidation, rel, typ, st.Size, want.typ, want.size)
-		}
-		delete(missing, rel)
-		if want.typ == unix.S_IFDIR {
-			sub, err := openDirAt(d, name)
-			switch {
-			case errors.Is(err, fs.ErrNotExist):
-				continue // what was below it is reported as missing
-			case err != nil:
-				return err
+	var batches []func()
+	for b := range slices.Chunk(names, batch) {
+		batches = append(batches, func() {
+			for _, name := range b {
+				if t.stopped() {
+					return
+				}
+				t.setErr(t.recheckEntry(j, name, missing, mu))
 			}
-			err = t.recheckDir(sub, rel, missing)
-			sub.Close()
-			if err != nil {
-				return err
-			}
-		}
+		})
 	}
-	return nil
+	j.spread(t.pool, batches, perDir)
 }
 
-func (t *tree) validateSubdir(src, dst *os.File, name, rel string) error {
-	s, err := openDirAt(src, name)
-	if err != nil {
+func (t *tree) recheckEntry(j *dirJob, name string, missing map[string]carriedEntry, mu *sync.Mutex) error {
+	rel := path.Join(j.rel, name)
+	mu.Lock()
+	want, ok := missing[rel]
+	mu.Unlock()
+	if !ok {
+		return nil
+	}
+	var st unix.Stat_t
+	switch err := fstatat(int(j.dst.Fd()), name, &st); {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil // reported as missing
+	case err != nil:
 		return err
 	}
-	defer s.Close()
-	d, err := openDirAt(dst, name)
-	if err != nil {
+	if typ := st.Mode & unix.S_IFMT; typ != want.typ || typ == unix.S_IFREG && st.Size != want.size {
+		return fmt.Errorf("%w: %s changed after validation (type %#o, size %d; validated %#o, %d)",
+			ErrValidation, rel, typ, st.Size, want.typ, want.size)
+	}
+	mu.Lock()
+	delete(missing, rel)
+	mu.Unlock()
+	if want.typ != unix.S_IFDIR {
+		return nil
+	}
+	sub, err := openDirAt(j.dst, name)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil // what was below it is reported as missing
+	case err != nil:
 		return err
 	}
-	defer d.Close()
-	return t.validateDir(s, d, rel)
+	sj := &dirJob{parent: j, dst: sub, name: name, rel: rel, finish: func(j *dirJob) { j.dst.Close() }}
+	j.start()
+	sj.start()
+	t.pool.add(func() { t.recheckDir(sj, missing, mu) })
+	return nil
 }
 
 func fstatat(dirfd int, name string, st *unix.Stat_t) error {
@@ -825,8 +981,19 @@ func openFileAt(dir *os.File, name string) (*os.File, error) {
 // copied, with copy_file_range(2), and the size is set at the end. A file
 // system without SEEK_DATA is copied whole, with io.Copy (which ends in
 // copy_file_range too).
-func copyData(df, sf *os.File) error {
+func copyData(df, sf *os.File, st *unix.Stat_t) error {
 	sfd, dfd := int(sf.Fd()), int(df.Fd())
+	if st.Blocks*512 >= st.Size {
+		// As many bytes allocated as it has: no hole to keep, so no
+		// SEEK_DATA and SEEK_HOLE (round trips on NFS). Preallocated
+		// space past the end could hide a hole; the copy is then whole,
+		// with the same content.
+		off, err := copyRange(df, sf, 0, st.Size)
+		if err != nil || off == st.Size {
+			return err
+		}
+		return unix.Ftruncate(dfd, off) // shrank under us
+	}
 	var off int64
 	for {
 		data, err := unix.Seek(sfd, off, unix.SEEK_DATA)

@@ -42,6 +42,7 @@ type settings struct {
 	taskID           string
 	dataRoot         string
 	keepVersions     int
+	dataWorkers      int
 	immutable, skip  []string
 	dataRules        datadir.CopyRules
 	envFile          string
@@ -123,6 +124,9 @@ var options = []option{
 	}},
 	{"keep-versions", "NODEID_KEEP_VERSIONS", "2", "valid data directory versions kept, the current one included (1: only the current one)", func(s *settings, v string) error {
 		return parseIntIn(v, 1, 1000, &s.keepVersions)
+	}},
+	{"data-workers", "NODEID_DATA_WORKERS", "32", "goroutines that copy, link and validate the data directory at once (1-1024); on EFS each file costs round trips that overlap", func(s *settings, v string) error {
+		return parseIntIn(v, 1, 1024, &s.dataWorkers)
 	}},
 	{"immutable", "NODEID_IMMUTABLE", "", "comma-separated patterns of files never modified once written (hard-linked even after a crash), e.g. snapshots/**", func(s *settings, v string) error {
 		s.immutable = splitList(v)

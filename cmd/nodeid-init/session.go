@@ -54,7 +54,7 @@ type session struct {
 var leaseOptions = append([]string{"cluster-size", "lease-duration", "renew-interval", "acquire-timeout", "poll-interval",
 	"readiness-timeout", "allowed-ids", "task-id", "metrics-addr", "skip-probe", "advertise-address"}, s3Options...)
 
-var dataOptions = []string{"data-root", "keep-versions", "immutable", "skip", "data-preset"}
+var dataOptions = []string{"data-root", "keep-versions", "data-workers", "immutable", "skip", "data-preset"}
 
 // newSession validates what is left to validate, then connects: nothing
 // is written to S3 or the data root before this returns.
@@ -271,6 +271,7 @@ func (sess *session) prepareDataDir(ctx context.Context, inst nodeid.NodeInstanc
 		Skip:       sess.s.skip,
 		Rules:      sess.s.dataRules,
 		Keep:       sess.s.keepVersions,
+		Workers:    sess.s.dataWorkers,
 		Logger:     sess.log,
 		Cluster:    datadir.Cluster{Bucket: sess.s.bucket, Prefix: sess.s.prefix},
 		// Only this task may redo its own unfinished preparation of inst.

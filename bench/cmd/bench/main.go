@@ -23,6 +23,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/nodeid/nodeid/internal/efsfs"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -48,6 +49,7 @@ type options struct {
 	nodeidInit     string
 	skip           map[string]bool
 	datadirMB      int
+	efsFiles       int // > 0: only the graceful handover on the EFS-like mount, with this many files
 	args           []string
 }
 
@@ -63,8 +65,9 @@ func main() {
 	flag.DurationVar(&o.idleWindow, "idle-window", 60*time.Second, "steady-state measurement window")
 	flag.DurationVar(&o.stormTimeout, "storm-timeout", 3*time.Minute, "acquire timeout of each storm task")
 	flag.StringVar(&o.nodeidInit, "nodeid-init", "", "nodeid-init binary (default: built from ./cmd/nodeid-init)")
-	flag.StringVar(&skip, "skip", "", "scenarios to skip, comma-separated: storm,handover,failover,overwrite,blackhole,idle")
+	flag.StringVar(&skip, "skip", "", "scenarios to skip, comma-separated: storm,handover,failover,overwrite,blackhole,idle,efs-handover")
 	flag.IntVar(&o.datadirMB, "datadir-mb", 0, "also run scripts/bench-datadir.sh with BENCH_DATADIR_MB set to this (0: only quote docs/datadir.md)")
+	flag.IntVar(&o.efsFiles, "efs-handover", 0, "run only the graceful handover of a data directory of this many files of 4 KiB on the EFS-like FUSE mount (root, /dev/fuse), and print its table (make bench-efs-handover)")
 	flag.Parse()
 	o.args = os.Args[1:]
 	o.skip = map[string]bool{}
@@ -166,6 +169,10 @@ func run(ctx context.Context, o options) error {
 	defer g.stop()
 	progress("versitygw on %s", g.URL)
 
+	if o.efsFiles > 0 {
+		return efsHandoverOnly(ctx, &procBench{g: g, bin: bin, tmp: tmp}, o)
+	}
+
 	r := &report{opts: o, machine: machineNotes(gwBin), start: started}
 	r.loadStart = loadavg()
 
@@ -225,6 +232,21 @@ func run(ctx context.Context, o options) error {
 			return fmt.Errorf("idle: %w", err)
 		}
 		r.idle = reps
+	}
+	if !o.skip["efs-handover"] {
+		if err := efsfs.Available(); err != nil {
+			progress("efs-handover: skipped: %v", err)
+			r.efsSkipped = err.Error()
+		} else if err := repeat(ctx, o, "efs-handover", func() error {
+			rep, err := pb.efsHandover(ctx, efsFilesDefault)
+			if err == nil {
+				r.efsHandover = append(r.efsHandover, rep)
+				progress("  efs-handover %.3fs (prepare %.3fs, %d linked)", rep.Took.Seconds(), rep.Prepare.Seconds(), rep.Linked)
+			}
+			return err
+		}); err != nil {
+			return err
+		}
 	}
 	r.datadir = datadirFigures(ctx, o.datadirMB)
 	r.loadEnd = loadavg()

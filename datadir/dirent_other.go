@@ -1,0 +1,49 @@
+//go:build unix && !linux
+
+package datadir
+
+import (
+	"io/fs"
+	"os"
+	"slices"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// dirEntry is a name and its type.
+type dirEntry struct {
+	name string
+	typ  fs.FileMode
+}
+
+func (e dirEntry) Name() string      { return e.name }
+func (e dirEntry) Type() fs.FileMode { return e.typ }
+
+// readDirEntries lists dir from its start, sorted, with types from
+// fstatat relative to dir (the portable way; Linux reads them from getdents).
+func readDirEntries(dir *os.File) ([]dirEntry, error) {
+	names, err := readDirNames(dir)
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(names, strings.Compare)
+	out := make([]dirEntry, 0, len(names))
+	for _, n := range names {
+		var st unix.Stat_t
+		if err := fstatat(int(dir.Fd()), n, &st); err != nil {
+			return nil, err
+		}
+		m := fs.ModeIrregular
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFREG:
+			m = 0
+		case unix.S_IFDIR:
+			m = fs.ModeDir
+		case unix.S_IFLNK:
+			m = fs.ModeSymlink
+		}
+		out = append(out, dirEntry{name: n, typ: m})
+	}
+	return out, nil
+}
