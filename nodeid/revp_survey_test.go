@@ -1,0 +1,131 @@
+package nodeid_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nodeid/nodeid/internal/s3test"
+	"github.com/nodeid/nodeid/nodeid"
+)
+
+// deleteDuringSurveyRepo deletes node 1's object from outside just before
+// the taker's survey GETs it (after the candidate, node 0, was read), and
+// puts it back right after that GET: the live peer's recreateDeleted (it
+// writes its own version and its known mappings back).
+type deleteDuringSurveyRepo struct {
+	nodeid.Repository
+	srv       *s3test.Server
+	body      string
+	meta      map[string]string
+	t         *testing.T
+	sawZero   atomic.Bool
+	once      sync.Once
+	triggered atomic.Bool
+}
+
+func (r *deleteDuringSurveyRepo) Get(ctx context.Context, id int) (nodeid.Record, error) {
+	if id == 0 {
+		r.sawZero.Store(true)
+	}
+	if id == 1 && r.sawZero.Load() {
+		var rec nodeid.Record
+		var err error
+		hit := false
+		r.once.Do(func() {
+			hit = true
+			deleteRaw(r.t, r.srv, nodeid.LeaseKey(testPrefix, 1))
+			rec, err = r.Repository.Get(ctx, id)
+			putRaw(r.t, r.srv, nodeid.LeaseKey(testPrefix, 1), r.body, r.meta)
+			r.triggered.Store(true)
+		})
+		if hit {
+			return rec, err
+		}
+	}
+	return r.Repository.Get(ctx, id)
+}
+
+// REVP-1. Same setting as TestTakeAfterAFailedSurveyWaitsForEveryLease
+// (node 0 lowered to a release at v1 by an outside write; the live peer on
+// node 1 records node 0 at v5), but the peer's object is deleted from
+// outside while the taker surveys, and recreated by its live holder right
+// after: the survey's GET answers 404, which surveyLeases skips ("a deleted
+// object records nothing anyone can read"), and the take goes ahead at v2,
+// a version the peer still records as handed out (v5): invariant 2.
+func TestRevpSurveySkipsALeaseDeletedMomentarily(t *testing.T) {
+	srv := s3test.NewFake(t)
+	ctx := context.Background()
+	direct := newRepo(t, srv, "")
+	if err := nodeid.Initialize(ctx, direct, 2, "boot", 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	lowered := nodeid.Lease{Writer: "outsider", Instance: nodeid.NodeInstance{ID: 0, Version: 1}, Nonce: "n0", Acquirable: true}
+	body, meta := lowered.Encode()
+	putRaw(t, srv, nodeid.LeaseKey(testPrefix, 0), string(body), meta)
+	peer := nodeid.Lease{TaskID: "peer", Instance: nodeid.NodeInstance{ID: 1, Version: 3},
+		Expires: time.Now().Add(time.Hour), Duration: 2 * time.Second, Nonce: "n1", Acquirable: true,
+		KnownVersions: nodeid.VersionMappings{0: 5, 1: 3}}
+	pbody, pmeta := peer.Encode()
+	putRaw(t, srv, nodeid.LeaseKey(testPrefix, 1), string(pbody), pmeta)
+
+	repo := &deleteDuringSurveyRepo{Repository: direct, srv: srv, body: string(pbody), meta: pmeta, t: t}
+	p := newProvider(t, repo, fastConfig(t, "taker", 2, newLossRecorder()))
+	inst := acquire(t, p, 10*time.Second)
+	if !repo.triggered.Load() {
+		t.Fatalf("schedule not reached: took %v without the survey's 404", inst)
+	}
+	rec, err := direct.Get(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inst.ID == 0 && inst.Version <= rec.Lease.KnownVersions[0] {
+		t.Fatalf("took %v while the live peer's lease records node 0 at v%d: a version handed out again", inst, rec.Lease.KnownVersions[0])
+	}
+}
+
+// permanentlyUnreadableRepo answers every GET of one node with 403, as an
+// object written by someone else with a KMS key we may not use, or an
+// archived (Glacier) object, does forever.
+type permanentlyUnreadableRepo struct {
+	nodeid.Repository
+	id int
+}
+
+func (r permanentlyUnreadableRepo) Get(ctx context.Context, id int) (nodeid.Record, error) {
+	if id == r.id {
+		return nodeid.Record{}, &nodeid.StorageError{Op: "get", Key: nodeid.LeaseKey(testPrefix, id), Kind: nodeid.ErrAccessDenied, Status: 403, Code: "AccessDenied"}
+	}
+	return r.Repository.Get(ctx, id)
+}
+
+// REVP-2 (liveness). One object that can never be read (not 404, not
+// corrupt) blocks every takeover of every other ID, forever, even of an
+// ID its holder released: a node that stops cannot be replaced until an
+// operator finds and fixes that object, and release --force refuses too.
+// Neither docs/design.md nor docs/cli.md says so.
+func TestRevpOneUnreadableObjectBlocksEveryTakeover(t *testing.T) {
+	srv := s3test.NewFake(t)
+	ctx := context.Background()
+	direct := newRepo(t, srv, "")
+	if err := nodeid.Initialize(ctx, direct, 3, "boot", 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// One node taken and released cleanly by its holder (v1).
+	released := cycle(t, direct, "a", 3)
+	repo := permanentlyUnreadableRepo{Repository: direct, id: (released.ID + 1) % 3}
+	cfg := fastConfig(t, "spare", 3, nil)
+	cfg.AllowedIDs = []int{released.ID}
+	cfg.AcquireTimeout = 5 * time.Second
+	p := newProvider(t, repo, cfg)
+	inst, err := p.Acquire(ctx)
+	if err != nil {
+		t.Fatalf("a released ID was not taken in 5 s because node 2's object cannot be read (%v); "+
+			"persistent 403 on one object is a cluster-wide takeover outage", err)
+	}
+	_ = inst
+	_ = errors.Is
+}
