@@ -717,10 +717,10 @@ func (p *Provider) take(ctx context.Context, rec Record, graceful bool) (NodeIns
 			sctx, cancel := context.WithTimeout(ctx, time.Duration(len(listing.Slots)+1)*p.cfg.RequestTimeout)
 			s := surveyLeases(sctx, p.repo, listing, 0)
 			cancel()
-			if s.unread != nil && !bugOn(bugTakeAfterFailedSurvey) {
+			if err := s.unreadExcept(-1); err != nil && !bugOn(bugTakeAfterFailedSurvey) {
 				// A lease we could not read may record a version above
 				// all we know: taking now could repeat it. Try later.
-				p.log.Warn("not taking the node id: a lease could not be read", "node_id", rec.ID, "err", s.unread)
+				p.log.Warn("not taking the node id: a lease could not be read", "node_id", rec.ID, "err", err)
 				return NodeInstance{}, false
 			}
 			for id, v := range s.known {
@@ -943,6 +943,10 @@ func (p *Provider) recreateDeleted(inst NodeInstance, etag string, deadline time
 			return
 		}
 		p.log.Info("lease object not recreated at our version", "node_id", inst.ID, "version", int64(inst.Version), "err", err)
+		if errors.Is(err, ErrNotFound) {
+			etag = "" // deleted again (AWS answers an If-Match on a missing key 404): create
+			continue
+		}
 		if errors.Is(err, ErrPreconditionFailed) || errors.Is(err, ErrConflict) {
 			// Someone wrote first. Replace it only if it is a recreation
 			// below our version; anything else is left alone.
@@ -1210,6 +1214,14 @@ func (p *Provider) release() {
 		p.mu.Lock()
 		p.relErr = fmt.Errorf("release %s: %w", inst, err)
 		p.mu.Unlock()
+		if errors.Is(err, ErrPreconditionFailed) || errors.Is(err, ErrConflict) || errors.Is(err, ErrNotFound) {
+			// Deleted, or replaced (perhaps below our version), since our
+			// last renewal: only we may know our version, so put it back
+			// as an expiring lease, as a holder that finds its object
+			// deleted does. recreateDeleted leaves anything at or above
+			// our version alone.
+			p.recreateDeleted(inst, "", deadline)
+		}
 		return
 	}
 	p.log.Info("released node id", "node_id", inst.ID, "version", int64(inst.Version))

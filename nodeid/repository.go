@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"slices"
 	"sort"
 	"time"
@@ -492,10 +493,10 @@ func forceRelease(ctx context.Context, repo Repository, id int, atLeast Version,
 		return 0, lerr
 	}
 	s := surveyLeases(ctx, repo, listing, 0)
-	if s.unread != nil {
+	if err := s.unreadExcept(id); err != nil {
 		// Released below a version an unread lease records, the ID's next
 		// holder could repeat it.
-		return 0, fmt.Errorf("cannot learn the versions every lease records, so nothing was written; try again: %w", s.unread)
+		return 0, fmt.Errorf("cannot learn the versions every lease records, so nothing was written; try again: %w", err)
 	}
 	v := max(s.known[id], atLeast)
 	if err == nil {
@@ -550,12 +551,25 @@ type survey struct {
 	// fresh: every object is a readable never-held lease of this format.
 	// A legacy (empty) object proves nothing: every one has the same ETag.
 	fresh bool
-	// unread is the first failure to read an object that exists and may
-	// be readable (no answer, 503, a timeout): that object may record a
+	// unread holds, per node ID, the failure to read an object the listing
+	// showed (no answer, 503, a timeout, or 404: deleted, perhaps only for
+	// a moment before its holder restores it): that object may record a
 	// version nothing else does, so a version chosen without it may repeat
-	// one. A deleted or corrupt object records nothing anyone can read;
-	// it does not count.
-	unread error
+	// one. A corrupt object records nothing anyone can read and stays
+	// corrupt until repaired; it does not count.
+	unread map[int]error
+}
+
+// unreadExcept returns the first read failure of an ID other than skip,
+// or nil.
+func (s survey) unreadExcept(skip int) error {
+	ids := slices.Sorted(maps.Keys(s.unread))
+	for _, id := range ids {
+		if id != skip {
+			return fmt.Errorf("read the lease of node %d: %w", id, s.unread[id])
+		}
+	}
+	return nil
 }
 
 // surveyLeases reads every lease of the listing.
@@ -567,8 +581,11 @@ func surveyLeases(ctx context.Context, repo Repository, l Listing, ours time.Dur
 			s.fresh = false
 		}
 		if err != nil {
-			if s.unread == nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrCorruptLease) {
-				s.unread = fmt.Errorf("read the lease of node %d: %w", slot.ID, err)
+			if !errors.Is(err, ErrCorruptLease) {
+				if s.unread == nil {
+					s.unread = map[int]error{}
+				}
+				s.unread[slot.ID] = err
 			}
 			continue
 		}

@@ -399,7 +399,8 @@ func classify(op, key string, err error) error {
 		se.Kind = ErrConflict
 	case se.Code == "SlowDown" || se.Status == http.StatusTooManyRequests:
 		se.Kind = ErrSlowDown
-	case se.Status == 0 && strings.Contains(err.Error(), "get identity: get credentials:"):
+	case se.Status == 0 && strings.Contains(err.Error(), "get identity: get credentials:") &&
+		!errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) && !isNetTimeout(err):
 		// No answer: the SDK found no usable credentials (none set, or
 		// the ECS/EC2 role endpoint refused). Retrying will not help.
 		se.Kind, se.Code = ErrAccessDenied, "NoCredentials"
@@ -409,6 +410,14 @@ func classify(op, key string, err error) error {
 		se.Kind = ErrAccessDenied
 	}
 	return se
+}
+
+// isNetTimeout reports a network timeout: a credential endpoint that was
+// slow (throttled, or our request timeout ended mid-fetch) may answer the
+// next time, unlike one that has no credentials to give.
+func isNetTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // serverDate reads the Date header of an answer: the server's clock.

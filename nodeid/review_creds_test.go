@@ -39,7 +39,7 @@ func (r credsGoneRepo) Get(ctx context.Context, id int) (nodeid.Record, error) {
 // Sound (passes): credentials that expire mid-tenure neither stop the
 // holder at once nor keep it valid: it retries and self-fences by its
 // deadline, and OnLost runs.
-func TestRevpCredentialsExpireMidTenureSelfFences(t *testing.T) {
+func TestCredentialsExpiringMidTenureSelfFence(t *testing.T) {
 	srv := s3test.NewFake(t)
 	direct := newRepo(t, srv, "")
 	var gone atomic.Bool

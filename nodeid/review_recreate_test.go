@@ -13,14 +13,14 @@ import (
 	"github.com/nodeid/nodeid/nodeid"
 )
 
-// REVP-4. The holder restores a deleted object at its own version only
+// From the review of the protocol (REVP-4, fixed: release restores the version). The holder restores a deleted object at its own version only
 // when a renewal (or its reconcile) finds it gone. If the object is
 // deleted from outside after the last renewal and the holder is then
 // closed (an ordinary shutdown: SIGTERM, a deployment), release() gets 404,
 // logs "release failed; the lease will expire" and exits: nothing records
 // v3 any more (one node ID). The next task recreates the object at v1 and
 // takes v2, a version handed out before (to "b"), below v3: invariant 2.
-func TestRevpDeleteThenCloseLosesTheHoldersVersion(t *testing.T) {
+func TestCloseAfterADeleteRestoresTheHoldersVersion(t *testing.T) {
 	srv := s3test.NewFake(t)
 	direct := newRepo(t, srv, "")
 	cycle(t, direct, "a", 1)
@@ -71,7 +71,7 @@ func (r *awsIfMatchRepo) Write(ctx context.Context, l nodeid.Lease, etag string)
 	return got, err
 }
 
-// REVP-5. recreateDeleted treats a 404 only from its GET as "create
+// From the review of the protocol (REVP-5, fixed: a 404 to the If-Match creates again). recreateDeleted treats a 404 only from its GET as "create
 // again"; a 404 answer to its If-Match replacement (AWS's answer when the
 // key is gone) falls through to "wait and retry" with the same ETag, so it
 // repeats an If-Match on a missing key until its deadline and never
@@ -80,7 +80,7 @@ func (r *awsIfMatchRepo) Write(ctx context.Context, l nodeid.Lease, etag string)
 // gets 412, its GET shows v1, and the object is deleted again before the
 // holder's If-Match. The holder stops without restoring v3; the next task
 // recreates at v1 and takes v2: a repeated, lower version.
-func TestRevpIfMatch404InRecreateNeverCreates(t *testing.T) {
+func TestRecreationCreatesAgainAfterA404ToItsIfMatch(t *testing.T) {
 	srv := s3test.NewFake(t)
 	direct := newRepo(t, srv, "")
 	cycle(t, direct, "a", 1)
