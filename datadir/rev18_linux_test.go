@@ -1,0 +1,200 @@
+package datadir
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Review rev18, break 1 (invariant 3: a stale holder's write through a hard
+// link reaches the successor, and validation does not see it).
+//
+// docs/datadir.md: "after any ungraceful takeover ... Prepare records each
+// linked file's ctime, size and mtime right after its linkat; validation
+// fails if any of them changed". validateEntry only looks at the record in
+// the actLink branch, and it leaves that branch when the source *name* no
+// longer is the linked inode and the new inode is not shareable (recent
+// ctime, or a second name): then it is judged as a copy (not the same
+// inode as the source, same size) and passes.
+//
+// Schedule (ungraceful takeover, zeebe preset): v4/snapshots/1/000042.sst
+// is settled and has one name; the stale holder of v4 holds it open. v5's
+// Prepare links it (inode I) and records its stamp. Before validation the
+// stale holder (1) writes "STALE!!!" over I through its descriptor (size
+// unchanged) and (2) renames a fresh same-size file over the source name
+// (as tar -x or an atomic rewrite by temp file + rename does). Validation:
+// source name -> new inode J (ctime recent, or 2 names), target -> I; not
+// shareable -> actCopy; I != J and sizes equal -> OK. Marker written. v5
+// holds inode I with the stale holder's write, I still open for writing by
+// the stale holder.
+func TestRev18LinkedFileReplacedByRenameEvadesTheStampCheck(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		settle     time.Duration
+		secondName bool // the replacement has a second name (outside the version)
+	}{
+		{"SettleTime, replacement written recently", 100 * time.Millisecond, false},
+		{"no SettleTime, replacement with a second name", 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			rel := "snapshots/1/000042.sst"
+			src := makeVersion(t, root, 0, 4, map[string]string{rel: "snapshot"}, 4)
+			file := filepath.Join(src, rel)
+			stale, err := os.OpenFile(file, os.O_WRONLY, 0) // the stale holder's descriptor
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer stale.Close()
+			time.Sleep(3 * tc.settle)
+			hooked := false
+			setHook(t, &testHookBeforeValidate, func(string) {
+				hooked = true
+				time.Sleep(20 * time.Millisecond) // past the time stamp granularity
+				if _, err := stale.WriteAt([]byte("STALE!!!"), 0); err != nil {
+					t.Error(err)
+				}
+				tmp := filepath.Join(root, "tmp-000042.sst") // same file system, outside node-0
+				if err := os.WriteFile(tmp, []byte("snapshot"), 0o644); err != nil {
+					t.Error(err)
+				}
+				if tc.secondName {
+					if err := os.Link(tmp, filepath.Join(root, "second-name")); err != nil {
+						t.Error(err)
+					}
+				}
+				if err := os.Rename(tmp, file); err != nil {
+					t.Error(err)
+				}
+			})
+			dir, _, err := Prepare(context.Background(), root, inst(0, 5),
+				Options{Rules: zeebe(t), SettleTime: tc.settle, Logger: quiet, Workers: 4})
+			if !hooked {
+				t.Fatal("hook never ran")
+			}
+			if errors.Is(err, ErrValidation) {
+				return // the documented behaviour
+			}
+			if err != nil {
+				t.Fatalf("Prepare: %v", err)
+			}
+			got, _ := os.ReadFile(filepath.Join(dir, rel))
+			var sst, dst unix.Stat_t
+			_ = unix.Fstat(int(stale.Fd()), &sst)
+			_ = unix.Lstat(filepath.Join(dir, rel), &dst)
+			t.Errorf("Prepare(v5) succeeded; v5/%s holds %q and is the inode the stale holder has open for writing: %v (ino %d / %d); "+
+				"a write to the linked file after its linkat was not caught by validation",
+				rel, got, sst.Ino == dst.Ino, sst.Ino, dst.Ino)
+			// And the stale holder keeps writing into the successor's valid directory.
+			if _, err := stale.WriteAt([]byte("LATER..."), 0); err != nil {
+				t.Fatal(err)
+			}
+			got, _ = os.ReadFile(filepath.Join(dir, rel))
+			t.Logf("after Prepare returned, the stale holder's next write: v5/%s = %q", rel, got)
+		})
+	}
+}
+
+// Review rev18, break 2 (docs: "A regular file is copied segment by segment,
+// keeping its holes"). The new shortcut in copyData treats a file as
+// without holes when st_blocks*512 >= st_size. Blocks preallocated past
+// EOF (fallocate FALLOC_FL_KEEP_SIZE, as RocksDB and journal writers do,
+// or XFS speculative preallocation) make a sparse file pass that test; it
+// is then copied whole: every hole becomes allocated zeros in the copy (a
+// 16 MiB file with 8 KiB of data costs 16 MiB in the target, which can
+// turn a preparation that fits into ENOSPC). Content is equal.
+func TestRev18SparseFileWithPreallocationIsCopiedDense(t *testing.T) {
+	root := t.TempDir()
+	src := makeVersion(t, root, 0, 1, nil, 1)
+	p := filepath.Join(src, "sparse")
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := bytes.Repeat([]byte("d"), 4096)
+	for _, off := range []int64{0, 8 << 20} {
+		if _, err := f.WriteAt(data, off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Truncate(16 << 20); err != nil {
+		t.Fatal(err)
+	}
+	// Preallocated, past the end: the size stays 16 MiB.
+	if err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_KEEP_SIZE, 16<<20, 16<<20); err != nil {
+		t.Skipf("fallocate KEEP_SIZE: %v", err)
+	}
+	hole, err := unix.Seek(int(f.Fd()), 0, unix.SEEK_HOLE)
+	f.Close()
+	if err != nil || hole != 4096 {
+		t.Skipf("source has no hole at 4096 on this file system (%d, %v)", hole, err)
+	}
+	dir, _ := mustPrepare(t, root, inst(0, 2), Options{VerifyContent: true})
+	var dst syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(dir, "sparse"), &dst); err != nil {
+		t.Fatal(err)
+	}
+	g, err := os.Open(filepath.Join(dir, "sparse"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	dhole, _ := unix.Seek(int(g.Fd()), 0, unix.SEEK_HOLE)
+	if dst.Blocks*512 > 1<<20 || dhole != 4096 {
+		t.Errorf("the copy of a file with 8 KiB of data in 16 MiB has %d bytes allocated and its first hole at %d (source: 4096): holes filled",
+			dst.Blocks*512, dhole)
+	}
+}
+
+// Review rev18, break 3 (docs: "special files (a FIFO) left out"; "Nothing
+// under the data root is trusted"). The walk now takes types from getdents
+// and, for a link (graceful, or an immutable name after a crash), never
+// looks at the type again: linkat links whatever the name is at that
+// moment. Validation lists again, sees a special file and skips it
+// (actSpecial), so a FIFO (or, planted by root, a device node) swapped in
+// between the listing and the linkat is carried into the successor as a
+// hard link, and Prepare succeeds. The window is now the whole directory's
+// listing-to-link time on up to Workers goroutines (it used to be an
+// fstatat right before).
+func TestRev18SpecialFileSwappedInAfterTheListingIsLinkedIntoTheTarget(t *testing.T) {
+	for _, graceful := range []bool{true, false} {
+		t.Run(map[bool]string{true: "graceful", false: "ungraceful, immutable name"}[graceful], func(t *testing.T) {
+			root := t.TempDir()
+			files := map[string]string{"snapshots/a": "alpha", "snapshots/b": "beta"}
+			src := makeVersion(t, root, 0, 1, files, 1)
+			swapped := false
+			setHook(t, &testHookFile, func(rel string) {
+				if rel != "snapshots/a" || swapped {
+					return
+				}
+				swapped = true
+				b := filepath.Join(src, "snapshots/b")
+				if err := os.Remove(b); err != nil {
+					t.Error(err)
+				}
+				if err := unix.Mkfifo(b, 0o644); err != nil {
+					t.Error(err)
+				}
+			})
+			dir, _, err := Prepare(context.Background(), root, inst(0, 2),
+				Options{Rules: zeebe(t), PreviousGraceful: graceful, Logger: quiet, Workers: 1})
+			if !swapped {
+				t.Fatal("hook never ran")
+			}
+			if err != nil {
+				return // refused: fine
+			}
+			fi, lerr := os.Lstat(filepath.Join(dir, "snapshots/b"))
+			if lerr == nil && fi.Mode()&os.ModeNamedPipe != 0 {
+				t.Errorf("Prepare succeeded and v2/snapshots/b is a FIFO (%v), a hard link of the source's: special files are to be left out", fi.Mode())
+			}
+		})
+	}
+}
