@@ -39,9 +39,12 @@ func TestRev18LinkedFileReplacedByRenameEvadesTheStampCheck(t *testing.T) {
 		name       string
 		settle     time.Duration
 		secondName bool // the replacement has a second name (outside the version)
+		unlinkOnly bool // no replacement: the source name is unlinked (validation never looks at it)
 	}{
-		{"SettleTime, replacement written recently", 100 * time.Millisecond, false},
-		{"no SettleTime, replacement with a second name", 0, true},
+		{"SettleTime, replacement written recently", 100 * time.Millisecond, false, false},
+		{"no SettleTime, replacement with a second name", 0, true, false},
+		{"no SettleTime, source name unlinked", 0, false, true},
+		{"SettleTime, source name unlinked", 100 * time.Millisecond, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()
@@ -60,6 +63,13 @@ func TestRev18LinkedFileReplacedByRenameEvadesTheStampCheck(t *testing.T) {
 				time.Sleep(20 * time.Millisecond) // past the time stamp granularity
 				if _, err := stale.WriteAt([]byte("STALE!!!"), 0); err != nil {
 					t.Error(err)
+				}
+				if tc.unlinkOnly {
+					// e.g. the stale broker deleting the old snapshot, as Zeebe does.
+					if err := os.Remove(file); err != nil {
+						t.Error(err)
+					}
+					return
 				}
 				tmp := filepath.Join(root, "tmp-000042.sst") // same file system, outside node-0
 				if err := os.WriteFile(tmp, []byte("snapshot"), 0o644); err != nil {
@@ -196,5 +206,85 @@ func TestRev18SpecialFileSwappedInAfterTheListingIsLinkedIntoTheTarget(t *testin
 				t.Errorf("Prepare succeeded and v2/snapshots/b is a FIFO (%v), a hard link of the source's: special files are to be left out", fi.Mode())
 			}
 		})
+	}
+}
+
+// Review rev18, break 4 (invariant 3, "never built from an older version",
+// and nothing lost): copies keep the source's hard links by remembering
+// the first copy of each multi-name source inode by (dev, ino) for the
+// whole walk (firstCopyOf). An inode number is not an identity over time:
+// once every name of X is gone, the file system gives the number to the
+// next file it creates (ext4 does so at once here).
+//
+// Schedule (ungraceful takeover; the stale holder still works in v1):
+// v1/x has two names (the second outside the walk, e.g. a RocksDB
+// checkpoint's runtime/ name the zeebe preset skips), so Prepare copies it
+// and records (dev, ino X) -> v2/x. Then the stale holder deletes both
+// names of X (its snapshot and compaction clean-up) and writes a new file
+// y, again with two names, which gets inode number X, at v1/b/y. Prepare
+// reaches b/y: nlink 2, key (dev, X) found, finished -> v2/b/y is linked
+// to v2/x, X's old bytes. Validation: x is no longer in the source, so
+// nothing looks at it; b/y is "a copy" (other inode, same size): passes.
+// v2 gets a marker, and b/y holds the content of a deleted file instead
+// of its own.
+func TestRev18ReusedInodeNumberLinksANewFileToAnOldCopy(t *testing.T) {
+	root := t.TempDir()
+	src := makeVersion(t, root, 0, 1, map[string]string{"x": "old content X", "b/y": "placeholder"}, 1)
+	x := filepath.Join(src, "x") // top-level files are done before subdirectories
+	outsideX := filepath.Join(root, "x-second-name")
+	if err := os.Link(x, outsideX); err != nil {
+		t.Fatal(err)
+	}
+	var xst unix.Stat_t
+	if err := unix.Stat(x, &xst); err != nil {
+		t.Fatal(err)
+	}
+	reused := false
+	setHook(t, &testHookFile, func(rel string) {
+		if rel != "b/y" || reused {
+			return
+		}
+		// The stale holder: X gone (both names), a new file y with two names.
+		for _, p := range []string{x, outsideX} {
+			if err := os.Remove(p); err != nil {
+				t.Error(err)
+			}
+		}
+		for i := range 2000 {
+			tmp := filepath.Join(root, "new-"+string(rune('a'+i%26))+time.Now().Format("150405.000000000"))
+			if err := os.WriteFile(tmp, []byte("NEW content Y"), 0o644); err != nil { // same size as X
+				t.Error(err)
+				return
+			}
+			var st unix.Stat_t
+			if err := unix.Stat(tmp, &st); err != nil {
+				t.Error(err)
+				return
+			}
+			if st.Ino != xst.Ino {
+				continue // another inode; left lying outside node-0
+			}
+			if err := os.Link(tmp, filepath.Join(root, "y-second-name")); err != nil {
+				t.Error(err)
+			}
+			if err := os.Rename(tmp, filepath.Join(src, "b/y")); err != nil {
+				t.Error(err)
+			}
+			reused = true
+			return
+		}
+	})
+	dir, _, err := Prepare(context.Background(), root, inst(0, 2), Options{Logger: quiet, Workers: 1})
+	if !reused {
+		t.Skip("the file system did not reuse the inode number")
+	}
+	if err != nil {
+		t.Logf("Prepare refused: %v", err)
+		return
+	}
+	want, _ := os.ReadFile(filepath.Join(src, "b/y"))
+	got, _ := os.ReadFile(filepath.Join(dir, "b/y"))
+	if !bytes.Equal(got, want) {
+		t.Errorf("Prepare(v2) succeeded, v2/b/y = %q, v1/b/y = %q: linked to the copy of a deleted file that had the same inode number", got, want)
 	}
 }
