@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
@@ -286,5 +287,86 @@ func TestRev18ReusedInodeNumberLinksANewFileToAnOldCopy(t *testing.T) {
 	got, _ := os.ReadFile(filepath.Join(dir, "b/y"))
 	if !bytes.Equal(got, want) {
 		t.Errorf("Prepare(v2) succeeded, v2/b/y = %q, v1/b/y = %q: linked to the copy of a deleted file that had the same inode number", got, want)
+	}
+}
+
+// Review rev18, break 1b (invariant 3, "never built from an incomplete
+// version"): validation walks the source only, so a target entry whose
+// source name is gone by then is never judged. docs: "A stale holder that
+// is still appending to a mutable file makes validation fail: that is the
+// point". Not if it deletes the file after appending (a journal compacting
+// its segments, a RocksDB WAL rolled and removed).
+//
+// Schedule (ungraceful): v1/log/00001.log is copied (7 bytes); before
+// validation the stale holder appends to it and then deletes it. v2 gets a
+// marker holding a torn copy of a segment that, in the source, had more
+// data and no longer exists: a state the source never was in.
+func TestRev18TornCopyOfAFileDeletedBeforeValidationPasses(t *testing.T) {
+	root := t.TempDir()
+	src := makeVersion(t, root, 0, 1, map[string]string{"log/00001.log": "entry1;", "log/00002.log": "entry9;"}, 1)
+	seg := filepath.Join(src, "log/00001.log")
+	stale, err := os.OpenFile(seg, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stale.Close()
+	setHook(t, &testHookBeforeValidate, func(string) {
+		if _, err := stale.WriteString("entry2;"); err != nil {
+			t.Error(err)
+		}
+		if err := os.Remove(seg); err != nil {
+			t.Error(err)
+		}
+	})
+	dir, _, err := Prepare(context.Background(), root, inst(0, 2), Options{Logger: quiet, VerifyContent: true})
+	if err != nil {
+		return
+	}
+	got, _ := os.ReadFile(filepath.Join(dir, "log/00001.log"))
+	t.Errorf("Prepare(v2) succeeded with v2/log/00001.log = %q, a torn copy of a file the stale holder appended to and deleted during the preparation (not in v1 any more)", got)
+}
+
+// Review rev18, checked and sound: a preparation cancelled (or failing) in
+// the middle of a parallel copy leaves no goroutine behind, writes nothing
+// after it returned, leaves no marker and removes its partial target.
+func TestRev18CancelledParallelCopyLeavesNothingRunning(t *testing.T) {
+	for _, fail := range []bool{false, true} {
+		t.Run(map[bool]string{false: "cancelled", true: "failing file"}[fail], func(t *testing.T) {
+			root := t.TempDir()
+			files := map[string]string{}
+			for d := range 8 {
+				for f := range 40 {
+					files[filepath.Join(string(rune('a'+d)), "sub", string(rune('a'+f%26))+string(rune('a'+f/26)))] = "data"
+				}
+			}
+			src := makeVersion(t, root, 0, 1, files, 1)
+			if fail {
+				// One directory fails mid-walk: ErrUnsafeSymlink.
+				if err := os.Symlink("/etc", filepath.Join(src, "c/sub/zz")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before := runtime.NumGoroutine()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			n := 0
+			setHook(t, &testHookFile, func(rel string) {
+				if n++; n == 100 && !fail {
+					cancel()
+				}
+			})
+			opts := Options{Logger: quiet, Workers: 32}
+			_, _, err := Prepare(ctx, root, inst(0, 2), opts)
+			if err == nil {
+				t.Fatal("Prepare succeeded")
+			}
+			time.Sleep(100 * time.Millisecond)
+			if g := runtime.NumGoroutine(); g > before {
+				t.Errorf("%d goroutines after Prepare returned, %d before (%v)", g, before, err)
+			}
+			if exists(t, Dir(root, inst(0, 2))) {
+				t.Errorf("the failed target stayed (%v)", err)
+			}
+		})
 	}
 }
