@@ -370,3 +370,55 @@ func TestRev18CancelledParallelCopyLeavesNothingRunning(t *testing.T) {
 		})
 	}
 }
+
+// Review rev18, break 5 (invariant 5 and docs "Validation checks every
+// symlink in the target the same way, which also catches a file swapped
+// for an unsafe symlink between classification and linking"): it checks
+// the symlinks of the *source* listing only. Combining break 3 (a link
+// takes whatever the name is at linkat time; the type came from getdents)
+// with 1b (a target entry whose source name is gone is never judged):
+//
+// Schedule (graceful, or an immutable name after a crash): Prepare lists
+// v1/snapshots (b is DT_REG); a tenant replaces v1/snapshots/b by a
+// symlink to a directory outside the data root; Prepare hard-links that
+// symlink into v2; the tenant removes v1/snapshots/b before validation.
+// v2 is marked valid with snapshots/b -> <outside>, and the broker of v2
+// writes there.
+func TestRev18UnsafeSymlinkLinkedThenRemovedFromTheSourcePasses(t *testing.T) {
+	for _, graceful := range []bool{true, false} {
+		t.Run(map[bool]string{true: "graceful", false: "ungraceful, immutable name"}[graceful], func(t *testing.T) {
+			root, outside := t.TempDir(), t.TempDir()
+			src := makeVersion(t, root, 0, 1, map[string]string{"snapshots/a": "alpha", "snapshots/b": "beta"}, 1)
+			b := filepath.Join(src, "snapshots/b")
+			swapped := false
+			setHook(t, &testHookFile, func(rel string) {
+				if rel != "snapshots/a" || swapped {
+					return
+				}
+				swapped = true
+				if err := os.Remove(b); err != nil {
+					t.Error(err)
+				}
+				if err := os.Symlink(outside, b); err != nil {
+					t.Error(err)
+				}
+			})
+			setHook(t, &testHookBeforeValidate, func(string) {
+				if err := os.Remove(b); err != nil {
+					t.Error(err)
+				}
+			})
+			dir, _, err := Prepare(context.Background(), root, inst(0, 2),
+				Options{Rules: zeebe(t), PreviousGraceful: graceful, Logger: quiet, Workers: 1})
+			if !swapped {
+				t.Fatal("hook never ran")
+			}
+			if err != nil {
+				return // refused: the documented behaviour
+			}
+			if to, lerr := os.Readlink(filepath.Join(dir, "snapshots/b")); lerr == nil {
+				t.Errorf("Prepare(v2) succeeded; v2 is valid with snapshots/b -> %s (outside the data root)", to)
+			}
+		})
+	}
+}
