@@ -15,6 +15,7 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -62,10 +63,10 @@ type tree struct {
 	copies   map[inodeKey]*firstCopy
 	held     map[*os.File]*os.File // target directories firstCopy entries name, duplicated; closed at the end
 
-	// After an ungraceful takeover, each linked file as it was right after
-	// its linkat, by relative path: validation refuses any change since.
-	stampMu sync.Mutex
-	stamps  map[string]linkStamp
+	// Every target entry this preparation made, by relative path:
+	// validation judges the target's entries against it.
+	madeMu sync.Mutex
+	made   map[string]made
 
 	// What validation found in the target, by relative path, for recheck.
 	carriedMu sync.Mutex
@@ -87,6 +88,29 @@ type linkStamp struct {
 
 func stampOf(st *unix.Stat_t) linkStamp {
 	return linkStamp{size: st.Size, mtime: st.Mtim, ctime: st.Ctim}
+}
+
+// made is a target entry as this preparation made it: how (actDir,
+// actSymlink, actLink, actCopy), its type, its inode (not for a symlink)
+// and, for a link, its stamp right after the linkat.
+type made struct {
+	act      action
+	typ      uint32
+	dev, ino uint64
+	stamp    linkStamp
+}
+
+func (t *tree) record(rel string, m made) {
+	t.madeMu.Lock()
+	t.made[rel] = m
+	t.madeMu.Unlock()
+}
+
+func (t *tree) madeAs(rel string) (made, bool) {
+	t.madeMu.Lock()
+	defer t.madeMu.Unlock()
+	m, ok := t.made[rel]
+	return m, ok
 }
 
 // carriedEntry is a validated target entry: its type and, for a regular
@@ -174,7 +198,7 @@ func (t *tree) copyAndValidate(res *Result) (err error) {
 	defer t.srcRoot.Close()
 	t.copies = map[inodeKey]*firstCopy{}
 	t.held = map[*os.File]*os.File{}
-	t.stamps = map[string]linkStamp{}
+	t.made = map[string]made{}
 	defer func() {
 		for _, d := range t.held {
 			d.Close()
@@ -310,18 +334,27 @@ func (t *tree) copyEntry(j *dirJob, f fileJob) error {
 			return nil
 		}
 	}
-	if f.act == actLink && !t.cfg.graceful {
-		// Linked after a crash only with one name and settled.
-		var st unix.Stat_t
-		if err := fstatat(int(j.src.Fd()), f.name, &st); err != nil {
-			return err
-		}
-		if !t.shareable(&st) {
-			f.act = actCopy
-		}
-	}
 	if f.act == actLink {
-		return t.link(j.src, j.dst, f.name, f.rel)
+		// The type came from the listing: open the name itself (O_PATH,
+		// not following a symlink) and link that inode, once fstat says
+		// it is a regular file. A name swapped since for a FIFO, a device
+		// or a symlink is never linked.
+		fd, err := unix.Openat(int(j.src.Fd()), f.name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return &os.PathError{Op: "openat", Path: path.Join(t.src, f.rel), Err: err}
+		}
+		defer unix.Close(fd)
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			return &os.PathError{Op: "fstat", Path: path.Join(t.src, f.rel), Err: err}
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFREG {
+			return fmt.Errorf("%w: %s is no longer a regular file (type %#o)", ErrValidation, f.rel, st.Mode&unix.S_IFMT)
+		}
+		// Linked after a crash only with one name and settled.
+		if t.cfg.graceful || t.shareable(&st) {
+			return t.link(fd, j.dst, f.name, f.rel)
+		}
 	}
 	return t.copyFile(j, f.name, f.rel)
 }
@@ -569,28 +602,42 @@ func copyMode(fd int, st *unix.Stat_t) (uint32, error) {
 	return mode, nil
 }
 
-// link hard-links the source file into the target. linkat without
-// AT_SYMLINK_FOLLOW links a symlink itself, never what it points to.
-// After an ungraceful takeover it records the inode as linked: a stale
-// holder's write after that point can set the mtime back, not the ctime.
-// (After a graceful one nobody writes it, and linking every name of a
-// multi-name file would move its ctime anyway.)
-func (t *tree) link(src, dst *os.File, name, rel string) error {
-	if err := unix.Linkat(int(src.Fd()), name, int(dst.Fd()), name, 0); err != nil {
+// link hard-links the open source file fd (O_PATH, a regular file) into
+// the target as name: that very inode, whatever its source name is now
+// (linkat AT_EMPTY_PATH, or /proc/self/fd where that is not permitted).
+// It records what it made for validation: the inode and, after an
+// ungraceful takeover, its stamp right after the link: a stale holder's
+// write after that point can set the mtime back, not the ctime. (After a
+// graceful one nobody writes it, and linking every name of a multi-name
+// file would move its ctime anyway.)
+func (t *tree) link(fd int, dst *os.File, name, rel string) error {
+	if err := linkFd(fd, int(dst.Fd()), name); err != nil {
 		return &os.LinkError{Op: "linkat", Old: path.Join(t.src, rel), New: path.Join(t.dst, rel), Err: err}
 	}
-	if !t.cfg.graceful {
-		var st unix.Stat_t
-		if err := fstatat(int(dst.Fd()), name, &st); err != nil {
-			return err
-		}
-		t.stampMu.Lock()
-		t.stamps[rel] = stampOf(&st)
-		t.stampMu.Unlock()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return &os.PathError{Op: "fstat", Path: path.Join(t.src, rel), Err: err}
 	}
+	t.record(rel, made{act: actLink, typ: unix.S_IFREG, dev: st.Dev, ino: st.Ino, stamp: stampOf(&st)})
 	// Its bytes are counted by validation, which stats it anyway.
 	t.filesLinked.Add(1)
 	return nil
+}
+
+// noEmptyPathLink is set once linkat AT_EMPTY_PATH was refused (it needs
+// CAP_DAC_READ_SEARCH before Linux 6.10).
+var noEmptyPathLink atomic.Bool
+
+// linkFd makes name in dirfd a hard link of the inode open as fd.
+func linkFd(fd, dirfd int, name string) error {
+	if !noEmptyPathLink.Load() {
+		err := unix.Linkat(fd, "", dirfd, name, unix.AT_EMPTY_PATH)
+		if err != unix.EPERM {
+			return err
+		}
+		noEmptyPathLink.Store(true)
+	}
+	return unix.Linkat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(fd), dirfd, name, unix.AT_SYMLINK_FOLLOW)
 }
 
 // setTimes gives the entry name of dir the access and modification times
@@ -798,11 +845,10 @@ func (t *tree) validateEntry(j *dirJob, e os.DirEntry) error {
 		// Written (or touched) since our linkat, even with its mtime
 		// set back: that moves the ctime.
 		if !t.cfg.graceful {
-			t.stampMu.Lock()
-			was, ok := t.stamps[rel]
-			t.stampMu.Unlock()
+			m, ok := t.madeAs(rel)
+			was := m.stamp
 			switch {
-			case !ok:
+			case !ok || m.act != actLink:
 				return bad("a hard link to the source that this preparation did not make")
 			case stampOf(&ds) != was:
 				return bad("linked, but the file changed since it was linked (size %d→%d, mtime %v→%v, ctime %v→%v)",
