@@ -77,7 +77,13 @@ type tree struct {
 	symlinks, skipped        atomic.Int64
 }
 
-type inodeKey struct{ dev, ino uint64 }
+// inodeKey identifies a source inode during the walk: an inode number is
+// given to a new file once every name of the old one is gone, and the new
+// file differs in its stamp (its ctime at least).
+type inodeKey struct {
+	dev, ino uint64
+	stamp    linkStamp
+}
 
 // linkStamp is what a write (size, mtime) or a set-back mtime or new name
 // (ctime) changes on an inode.
@@ -125,6 +131,7 @@ type carriedEntry struct {
 type firstCopy struct {
 	dir      *os.File
 	name     string
+	dev, ino uint64 // the copy's, once finished
 	finished bool
 	err      error
 	waiters  []waiter
@@ -365,6 +372,7 @@ func (t *tree) linkToCopy(f *firstCopy, dst *os.File, name, rel string) error {
 	if err := unix.Linkat(int(f.dir.Fd()), f.name, int(dst.Fd()), name, 0); err != nil {
 		return &os.LinkError{Op: "linkat", Old: path.Join(f.dir.Name(), f.name), New: path.Join(t.dst, rel), Err: err}
 	}
+	t.record(rel, made{act: actCopy, typ: unix.S_IFREG, dev: f.dev, ino: f.ino})
 	t.filesCopied.Add(1) // a name of a copied file; its bytes are counted once
 	return nil
 }
@@ -375,7 +383,7 @@ func (t *tree) linkToCopy(f *firstCopy, dst *os.File, name, rel string) error {
 // A later name of a copy already finished comes back with done set, and
 // the copy's error.
 func (t *tree) firstCopyOf(st *unix.Stat_t, j *dirJob, name, rel string) (f *firstCopy, first, done bool, err error) {
-	k := inodeKey{uint64(st.Dev), uint64(st.Ino)}
+	k := inodeKey{uint64(st.Dev), uint64(st.Ino), stampOf(st)}
 	t.copiesMu.Lock()
 	defer t.copiesMu.Unlock()
 	if f, ok := t.copies[k]; ok {
@@ -485,6 +493,13 @@ func (t *tree) openSubdir(parent *dirJob, name, rel string) (*dirJob, error) {
 		s.Close()
 		return nil, err
 	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(d.Fd()), &st); err != nil {
+		s.Close()
+		d.Close()
+		return nil, &os.PathError{Op: "fstat", Path: path.Join(t.dst, rel), Err: err}
+	}
+	t.record(rel, made{act: actDir, typ: unix.S_IFDIR, dev: st.Dev, ino: st.Ino})
 	j := &dirJob{parent: parent, src: s, dst: d, name: name, rel: rel}
 	j.start()
 	return j, nil
@@ -519,6 +534,7 @@ func (t *tree) copySymlink(src, dst *os.File, name, rel string, st *unix.Stat_t)
 	if err := unix.Symlinkat(target, int(dst.Fd()), name); err != nil {
 		return &os.PathError{Op: "symlinkat", Path: path.Join(t.dst, rel), Err: err}
 	}
+	t.record(rel, made{act: actSymlink, typ: unix.S_IFLNK})
 	t.symlinks.Add(1)
 	return setTimes(dst, name, st)
 }
@@ -542,8 +558,11 @@ func (t *tree) copyFile(j *dirJob, name, rel string) (err error) {
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return fmt.Errorf("%w: %s is no longer a regular file", ErrValidation, rel)
 	}
+	var f *firstCopy
 	if st.Nlink > 1 {
-		f, first, done, ferr := t.firstCopyOf(&st, j, name, rel)
+		var first, done bool
+		var ferr error
+		f, first, done, ferr = t.firstCopyOf(&st, j, name, rel)
 		switch {
 		case !first && !done:
 			return nil // linked by copied
@@ -564,6 +583,14 @@ func (t *tree) copyFile(j *dirJob, name, rel string) (err error) {
 			err = cerr
 		}
 	}()
+	var dst0 unix.Stat_t
+	if err := unix.Fstat(dfd, &dst0); err != nil {
+		return &os.PathError{Op: "fstat", Path: df.Name(), Err: err}
+	}
+	t.record(rel, made{act: actCopy, typ: unix.S_IFREG, dev: dst0.Dev, ino: dst0.Ino})
+	if f != nil {
+		f.dev, f.ino = dst0.Dev, dst0.Ino // read by later names after copied
+	}
 	t.filesCopied.Add(1)
 	t.bytesCopied.Add(st.Size)
 	if err := copyData(df, sf, &st); err != nil {
@@ -720,15 +747,21 @@ func (t *tree) logProgress() (stop func()) {
 	return func() { close(done); wg.Wait() }
 }
 
-// validate walks the source again and checks that everything that should
-// have been carried over is in the target: directories, symlinks with the
-// same target, hard links to the same inode, copies with the same size (and
-// content, if configured). A source changed by a stale holder after it was
-// copied fails validation; the target then gets no marker.
+// validate walks the source and the target again. Every entry of the
+// source that should have been carried over must be in the target, and
+// every entry of the target must be one this preparation made (see made)
+// and still be as it made it: directories, symlinks with the source's
+// target, hard links to the source's inode unchanged since linked, copies
+// with the source's size (and content, if configured). A target entry
+// whose source name is gone (deleted or renamed by a stale holder
+// meanwhile) cannot be proven current and fails validation too. A source
+// changed by a stale holder after it was copied fails validation; the
+// target then gets no marker.
 //
 // It works on directory descriptors (fstatat, openat without following
-// symlinks), a few system calls per file, because with hard links
-// validation costs as much as the linking itself.
+// symlinks), a few system calls per file and one more listing per
+// directory, because with hard links validation costs as much as the
+// linking itself.
 func (t *tree) validate() error {
 	t.carried = map[string]carriedEntry{}
 	t.err = nil
@@ -739,7 +772,9 @@ func (t *tree) validate() error {
 	return t.firstErr()
 }
 
-// validateList lists j's source again and queues its entries in batches.
+// validateList lists j's source and target again, checks that the target
+// holds nothing the source does not, and queues the source's entries in
+// batches.
 func (t *tree) validateList(j *dirJob) {
 	defer j.done()
 	if t.stopped() {
@@ -748,6 +783,28 @@ func (t *tree) validateList(j *dirJob) {
 	entries, err := readDirEntries(j.src)
 	if err != nil {
 		t.setErr(err)
+		return
+	}
+	names, err := readDirNames(j.dst)
+	if err != nil {
+		t.setErr(err)
+		return
+	}
+	inSource := make(map[string]bool, len(entries))
+	for _, e := range entries {
+		inSource[e.Name()] = true
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		if inSource[name] || j.rel == "" && name == PreparingName {
+			continue
+		}
+		rel := path.Join(j.rel, name)
+		if _, ok := t.madeAs(rel); ok {
+			t.setErr(fmt.Errorf("%w: %s: in the target, but gone from the source since it was carried over (deleted or renamed meanwhile): cannot be proven current", ErrValidation, rel))
+		} else {
+			t.setErr(fmt.Errorf("%w: %s: in the target, but not made by this preparation", ErrValidation, rel))
+		}
 		return
 	}
 	var batches []func()
@@ -764,7 +821,8 @@ func (t *tree) validateList(j *dirJob) {
 	j.spread(t.pool, batches, perDir)
 }
 
-// validateEntry checks one entry of j's source against the target.
+// validateEntry checks one entry of j's source against the target entry
+// of that name and what this preparation made there.
 func (t *tree) validateEntry(j *dirJob, e os.DirEntry) error {
 	sfd, dfd := int(j.src.Fd()), int(j.dst.Fd())
 	src, dst := j.src, j.dst
@@ -773,11 +831,16 @@ func (t *tree) validateEntry(j *dirJob, e os.DirEntry) error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s: %s", ErrValidation, rel, fmt.Sprintf(format, args...))
 	}
-	// The link count and ctime now include our own link (and so say
-	// nothing); whether a file was linked or copied is decided below.
-	act := t.classify(rel, e.Type(), true)
-	if act == actSkip || act == actSpecial {
+	// What was made decides what to check, not the source as it is now:
+	// a link whose source name was replaced since is still a link.
+	m, ok := t.madeAs(rel)
+	switch act := t.classify(rel, e.Type(), true); {
+	case (act == actSkip || act == actSpecial) && ok:
+		return bad("carried over, but the source entry is now left out (type %v)", e.Type())
+	case act == actSkip || act == actSpecial:
 		return nil
+	case !ok:
+		return bad("missing in the target")
 	}
 	var ss, ds unix.Stat_t
 	if err := fstatat(sfd, name, &ss); err != nil {
@@ -789,8 +852,11 @@ func (t *tree) validateEntry(j *dirJob, e os.DirEntry) error {
 	case err != nil:
 		return err
 	}
-	if st, dt := ss.Mode&unix.S_IFMT, ds.Mode&unix.S_IFMT; st != dt {
-		return bad("file type %#o in the target, %#o in the source", dt, st)
+	if st, dt := ss.Mode&unix.S_IFMT, ds.Mode&unix.S_IFMT; st != dt || dt != m.typ {
+		return bad("file type %#o in the target, %#o in the source, %#o made", dt, st, m.typ)
+	}
+	if m.act != actSymlink && (ds.Dev != m.dev || ds.Ino != m.ino) {
+		return bad("not the entry this preparation made (inode %d, made %d)", ds.Ino, m.ino)
 	}
 	ce := carriedEntry{typ: ds.Mode & unix.S_IFMT}
 	if ce.typ == unix.S_IFREG {
@@ -800,13 +866,7 @@ func (t *tree) validateEntry(j *dirJob, e os.DirEntry) error {
 	t.carried[rel] = ce
 	t.carriedMu.Unlock()
 	sameInode := ss.Dev == ds.Dev && ss.Ino == ds.Ino
-	if act == actLink && !t.cfg.graceful && !sameInode && !t.shareable(&ss) {
-		// An immutable name of a file with other names, or changed
-		// recently: copied. Its ctime only grows, so a file copied
-		// for being recent is still recent now.
-		act = actCopy
-	}
-	switch act {
+	switch m.act {
 	case actDir:
 		j.start()
 		t.pool.add(func() { t.validateSubdir(j, name, rel) })
@@ -822,39 +882,33 @@ func (t *tree) validateEntry(j *dirJob, e os.DirEntry) error {
 		if st != dt {
 			return bad("link target %q in the target, %q in the source", dt, st)
 		}
-		// A file swapped for a symlink after it was classified is
-		// linked, not checked, by the copy: check it here.
 		if err := checkSymlink(t.srcRoot, rel, st); err != nil {
 			return err
 		}
 	case actLink:
 		if !sameInode {
-			return bad("not a hard link to the source")
+			return bad("not a hard link to the source (replaced in the source since it was linked?)")
 		}
 		t.bytesLinked.Add(ss.Size)
+		if t.cfg.graceful {
+			break
+		}
 		// Linked with one name in the source, plus ours: another name
 		// appeared since, through which a stale holder may write.
-		if !t.cfg.graceful && ss.Nlink > 2 {
+		if ss.Nlink > 2 {
 			return bad("linked, but the source file has %d names now", ss.Nlink)
 		}
 		// Settled when linked; written since (our link moved its ctime,
 		// not its mtime): a stale holder still writes it.
-		if !t.cfg.graceful && !t.cfg.settledBefore.IsZero() && ss.Mtim.Nano() >= t.cfg.settledBefore.UnixNano() {
+		if !t.cfg.settledBefore.IsZero() && ss.Mtim.Nano() >= t.cfg.settledBefore.UnixNano() {
 			return bad("linked, but the source file was written since")
 		}
 		// Written (or touched) since our linkat, even with its mtime
 		// set back: that moves the ctime.
-		if !t.cfg.graceful {
-			m, ok := t.madeAs(rel)
-			was := m.stamp
-			switch {
-			case !ok || m.act != actLink:
-				return bad("a hard link to the source that this preparation did not make")
-			case stampOf(&ds) != was:
-				return bad("linked, but the file changed since it was linked (size %d→%d, mtime %v→%v, ctime %v→%v)",
-					was.size, ds.Size, time.Unix(was.mtime.Unix()), time.Unix(ds.Mtim.Unix()),
-					time.Unix(was.ctime.Unix()), time.Unix(ds.Ctim.Unix()))
-			}
+		if was := m.stamp; stampOf(&ds) != was {
+			return bad("linked, but the file changed since it was linked (size %d→%d, mtime %v→%v, ctime %v→%v)",
+				was.size, ds.Size, time.Unix(was.mtime.Unix()), time.Unix(ds.Mtim.Unix()),
+				time.Unix(was.ctime.Unix()), time.Unix(ds.Ctim.Unix()))
 		}
 	case actCopy:
 		if sameInode {
