@@ -677,27 +677,6 @@ func setTimes(dir *os.File, name string, st *unix.Stat_t) error {
 	return nil
 }
 
-// modeOf converts the type bits of a stat to an fs.FileMode for classify.
-func modeOf(st *unix.Stat_t) fs.FileMode {
-	m := fs.FileMode(st.Mode & 0o777)
-	switch st.Mode & unix.S_IFMT {
-	case unix.S_IFDIR:
-		m |= fs.ModeDir
-	case unix.S_IFLNK:
-		m |= fs.ModeSymlink
-	case unix.S_IFREG:
-	case unix.S_IFIFO:
-		m |= fs.ModeNamedPipe
-	case unix.S_IFSOCK:
-		m |= fs.ModeSocket
-	case unix.S_IFCHR:
-		m |= fs.ModeDevice | fs.ModeCharDevice
-	default:
-		m |= fs.ModeDevice
-	}
-	return m
-}
-
 // checkSymlink refuses a link that is absolute or resolves outside the
 // version directory r. A link that stays inside is harmless to recreate: it
 // points into the new directory, not the old one. A dangling link is
