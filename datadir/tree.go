@@ -352,7 +352,14 @@ func (t *tree) copyEntry(j *dirJob, f fileJob) error {
 		}
 		defer unix.Close(fd)
 		var st unix.Stat_t
-		if err := unix.Fstat(fd, &st); err != nil {
+		if t.cfg.graceful {
+			// Type, device and inode number never change: cached
+			// attributes do (no round trip on NFS or FUSE).
+			err = fstatCached(fd, &st)
+		} else {
+			err = unix.Fstat(fd, &st)
+		}
+		if err != nil {
 			return &os.PathError{Op: "fstat", Path: path.Join(t.src, f.rel), Err: err}
 		}
 		if st.Mode&unix.S_IFMT != unix.S_IFREG {
@@ -360,7 +367,7 @@ func (t *tree) copyEntry(j *dirJob, f fileJob) error {
 		}
 		// Linked after a crash only with one name and settled.
 		if t.cfg.graceful || t.shareable(&st) {
-			return t.link(fd, j.dst, f.name, f.rel)
+			return t.link(fd, &st, j.dst, f.name, f.rel)
 		}
 	}
 	return t.copyFile(j, f.name, f.rel)
@@ -637,17 +644,33 @@ func copyMode(fd int, st *unix.Stat_t) (uint32, error) {
 // write after that point can set the mtime back, not the ctime. (After a
 // graceful one nobody writes it, and linking every name of a multi-name
 // file would move its ctime anyway.)
-func (t *tree) link(fd int, dst *os.File, name, rel string) error {
+func (t *tree) link(fd int, st *unix.Stat_t, dst *os.File, name, rel string) error {
 	if err := linkFd(fd, int(dst.Fd()), name); err != nil {
 		return &os.LinkError{Op: "linkat", Old: path.Join(t.src, rel), New: path.Join(t.dst, rel), Err: err}
 	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return &os.PathError{Op: "fstat", Path: path.Join(t.src, rel), Err: err}
+	m := made{act: actLink, typ: unix.S_IFREG, dev: st.Dev, ino: st.Ino}
+	if !t.cfg.graceful {
+		var now unix.Stat_t
+		if err := unix.Fstat(fd, &now); err != nil {
+			return &os.PathError{Op: "fstat", Path: path.Join(t.src, rel), Err: err}
+		}
+		m.stamp = stampOf(&now)
 	}
-	t.record(rel, made{act: actLink, typ: unix.S_IFREG, dev: st.Dev, ino: st.Ino, stamp: stampOf(&st)})
+	t.record(rel, m)
 	// Its bytes are counted by validation, which stats it anyway.
 	t.filesLinked.Add(1)
+	return nil
+}
+
+// fstatCached fills the type, device and inode number of st from fd's
+// attributes as the kernel has them, without asking a network file
+// system's server (statx AT_STATX_DONT_SYNC): those never change.
+func fstatCached(fd int, st *unix.Stat_t) error {
+	var sx unix.Statx_t
+	if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH|unix.AT_STATX_DONT_SYNC, unix.STATX_TYPE|unix.STATX_INO, &sx); err != nil {
+		return err
+	}
+	*st = unix.Stat_t{Dev: unix.Mkdev(sx.Dev_major, sx.Dev_minor), Ino: sx.Ino, Mode: uint32(sx.Mode)}
 	return nil
 }
 
