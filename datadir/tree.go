@@ -15,6 +15,7 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -62,10 +63,10 @@ type tree struct {
 	copies   map[inodeKey]*firstCopy
 	held     map[*os.File]*os.File // target directories firstCopy entries name, duplicated; closed at the end
 
-	// After an ungraceful takeover, each linked file as it was right after
-	// its linkat, by relative path: validation refuses any change since.
-	stampMu sync.Mutex
-	stamps  map[string]linkStamp
+	// Every target entry this preparation made, by relative path:
+	// validation judges the target's entries against it.
+	madeMu sync.Mutex
+	made   map[string]made
 
 	// What validation found in the target, by relative path, for recheck.
 	carriedMu sync.Mutex
@@ -76,7 +77,13 @@ type tree struct {
 	symlinks, skipped        atomic.Int64
 }
 
-type inodeKey struct{ dev, ino uint64 }
+// inodeKey identifies a source inode during the walk: an inode number is
+// given to a new file once every name of the old one is gone, and the new
+// file differs in its stamp (its ctime at least).
+type inodeKey struct {
+	dev, ino uint64
+	stamp    linkStamp
+}
 
 // linkStamp is what a write (size, mtime) or a set-back mtime or new name
 // (ctime) changes on an inode.
@@ -87,6 +94,29 @@ type linkStamp struct {
 
 func stampOf(st *unix.Stat_t) linkStamp {
 	return linkStamp{size: st.Size, mtime: st.Mtim, ctime: st.Ctim}
+}
+
+// made is a target entry as this preparation made it: how (actDir,
+// actSymlink, actLink, actCopy), its type, its inode (not for a symlink)
+// and, for a link, its stamp right after the linkat.
+type made struct {
+	act      action
+	typ      uint32
+	dev, ino uint64
+	stamp    linkStamp
+}
+
+func (t *tree) record(rel string, m made) {
+	t.madeMu.Lock()
+	t.made[rel] = m
+	t.madeMu.Unlock()
+}
+
+func (t *tree) madeAs(rel string) (made, bool) {
+	t.madeMu.Lock()
+	defer t.madeMu.Unlock()
+	m, ok := t.made[rel]
+	return m, ok
 }
 
 // carriedEntry is a validated target entry: its type and, for a regular
@@ -101,6 +131,7 @@ type carriedEntry struct {
 type firstCopy struct {
 	dir      *os.File
 	name     string
+	dev, ino uint64 // the copy's, once finished
 	finished bool
 	err      error
 	waiters  []waiter
@@ -174,7 +205,7 @@ func (t *tree) copyAndValidate(res *Result) (err error) {
 	defer t.srcRoot.Close()
 	t.copies = map[inodeKey]*firstCopy{}
 	t.held = map[*os.File]*os.File{}
-	t.stamps = map[string]linkStamp{}
+	t.made = map[string]made{}
 	defer func() {
 		for _, d := range t.held {
 			d.Close()
@@ -310,18 +341,34 @@ func (t *tree) copyEntry(j *dirJob, f fileJob) error {
 			return nil
 		}
 	}
-	if f.act == actLink && !t.cfg.graceful {
-		// Linked after a crash only with one name and settled.
-		var st unix.Stat_t
-		if err := fstatat(int(j.src.Fd()), f.name, &st); err != nil {
-			return err
-		}
-		if !t.shareable(&st) {
-			f.act = actCopy
-		}
-	}
 	if f.act == actLink {
-		return t.link(j.src, j.dst, f.name, f.rel)
+		// The type came from the listing: open the name itself (O_PATH,
+		// not following a symlink) and link that inode, once fstat says
+		// it is a regular file. A name swapped since for a FIFO, a device
+		// or a symlink is never linked.
+		fd, err := unix.Openat(int(j.src.Fd()), f.name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return &os.PathError{Op: "openat", Path: path.Join(t.src, f.rel), Err: err}
+		}
+		defer unix.Close(fd)
+		var st unix.Stat_t
+		if t.cfg.graceful {
+			// Type, device and inode number never change: cached
+			// attributes do (no round trip on NFS or FUSE).
+			err = fstatCached(fd, &st)
+		} else {
+			err = unix.Fstat(fd, &st)
+		}
+		if err != nil {
+			return &os.PathError{Op: "fstat", Path: path.Join(t.src, f.rel), Err: err}
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFREG {
+			return fmt.Errorf("%w: %s is no longer a regular file (type %#o)", ErrValidation, f.rel, st.Mode&unix.S_IFMT)
+		}
+		// Linked after a crash only with one name and settled.
+		if t.cfg.graceful || t.shareable(&st) {
+			return t.link(fd, &st, j.dst, f.name, f.rel)
+		}
 	}
 	return t.copyFile(j, f.name, f.rel)
 }
@@ -332,6 +379,7 @@ func (t *tree) linkToCopy(f *firstCopy, dst *os.File, name, rel string) error {
 	if err := unix.Linkat(int(f.dir.Fd()), f.name, int(dst.Fd()), name, 0); err != nil {
 		return &os.LinkError{Op: "linkat", Old: path.Join(f.dir.Name(), f.name), New: path.Join(t.dst, rel), Err: err}
 	}
+	t.record(rel, made{act: actCopy, typ: unix.S_IFREG, dev: f.dev, ino: f.ino})
 	t.filesCopied.Add(1) // a name of a copied file; its bytes are counted once
 	return nil
 }
@@ -342,7 +390,7 @@ func (t *tree) linkToCopy(f *firstCopy, dst *os.File, name, rel string) error {
 // A later name of a copy already finished comes back with done set, and
 // the copy's error.
 func (t *tree) firstCopyOf(st *unix.Stat_t, j *dirJob, name, rel string) (f *firstCopy, first, done bool, err error) {
-	k := inodeKey{uint64(st.Dev), uint64(st.Ino)}
+	k := inodeKey{uint64(st.Dev), uint64(st.Ino), stampOf(st)}
 	t.copiesMu.Lock()
 	defer t.copiesMu.Unlock()
 	if f, ok := t.copies[k]; ok {
@@ -452,6 +500,13 @@ func (t *tree) openSubdir(parent *dirJob, name, rel string) (*dirJob, error) {
 		s.Close()
 		return nil, err
 	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(d.Fd()), &st); err != nil {
+		s.Close()
+		d.Close()
+		return nil, &os.PathError{Op: "fstat", Path: path.Join(t.dst, rel), Err: err}
+	}
+	t.record(rel, made{act: actDir, typ: unix.S_IFDIR, dev: st.Dev, ino: st.Ino})
 	j := &dirJob{parent: parent, src: s, dst: d, name: name, rel: rel}
 	j.start()
 	return j, nil
@@ -470,6 +525,7 @@ func (t *tree) copySymlink(src, dst *os.File, name, rel string, st *unix.Stat_t)
 	if err := unix.Symlinkat(target, int(dst.Fd()), name); err != nil {
 		return &os.PathError{Op: "symlinkat", Path: path.Join(t.dst, rel), Err: err}
 	}
+	t.record(rel, made{act: actSymlink, typ: unix.S_IFLNK})
 	t.symlinks.Add(1)
 	return setTimes(dst, name, st)
 }
@@ -493,8 +549,11 @@ func (t *tree) copyFile(j *dirJob, name, rel string) (err error) {
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return fmt.Errorf("%w: %s is no longer a regular file", ErrValidation, rel)
 	}
+	var f *firstCopy
 	if st.Nlink > 1 {
-		f, first, done, ferr := t.firstCopyOf(&st, j, name, rel)
+		var first, done bool
+		var ferr error
+		f, first, done, ferr = t.firstCopyOf(&st, j, name, rel)
 		switch {
 		case !first && !done:
 			return nil // linked by copied
@@ -515,6 +574,14 @@ func (t *tree) copyFile(j *dirJob, name, rel string) (err error) {
 			err = cerr
 		}
 	}()
+	var dst0 unix.Stat_t
+	if err := unix.Fstat(dfd, &dst0); err != nil {
+		return &os.PathError{Op: "fstat", Path: df.Name(), Err: err}
+	}
+	t.record(rel, made{act: actCopy, typ: unix.S_IFREG, dev: dst0.Dev, ino: dst0.Ino})
+	if f != nil {
+		f.dev, f.ino = dst0.Dev, dst0.Ino // read by later names after copied
+	}
 	t.filesCopied.Add(1)
 	t.bytesCopied.Add(st.Size)
 	if err := copyData(df, sf, &st); err != nil {
@@ -553,28 +620,58 @@ func copyMode(fd int, st *unix.Stat_t) (uint32, error) {
 	return mode, nil
 }
 
-// link hard-links the source file into the target. linkat without
-// AT_SYMLINK_FOLLOW links a symlink itself, never what it points to.
-// After an ungraceful takeover it records the inode as linked: a stale
-// holder's write after that point can set the mtime back, not the ctime.
-// (After a graceful one nobody writes it, and linking every name of a
-// multi-name file would move its ctime anyway.)
-func (t *tree) link(src, dst *os.File, name, rel string) error {
-	if err := unix.Linkat(int(src.Fd()), name, int(dst.Fd()), name, 0); err != nil {
+// link hard-links the open source file fd (O_PATH, a regular file) into
+// the target as name: that very inode, whatever its source name is now
+// (linkat AT_EMPTY_PATH, or /proc/self/fd where that is not permitted).
+// It records what it made for validation: the inode and, after an
+// ungraceful takeover, its stamp right after the link: a stale holder's
+// write after that point can set the mtime back, not the ctime. (After a
+// graceful one nobody writes it, and linking every name of a multi-name
+// file would move its ctime anyway.)
+func (t *tree) link(fd int, st *unix.Stat_t, dst *os.File, name, rel string) error {
+	if err := linkFd(fd, int(dst.Fd()), name); err != nil {
 		return &os.LinkError{Op: "linkat", Old: path.Join(t.src, rel), New: path.Join(t.dst, rel), Err: err}
 	}
+	m := made{act: actLink, typ: unix.S_IFREG, dev: st.Dev, ino: st.Ino}
 	if !t.cfg.graceful {
-		var st unix.Stat_t
-		if err := fstatat(int(dst.Fd()), name, &st); err != nil {
-			return err
+		var now unix.Stat_t
+		if err := unix.Fstat(fd, &now); err != nil {
+			return &os.PathError{Op: "fstat", Path: path.Join(t.src, rel), Err: err}
 		}
-		t.stampMu.Lock()
-		t.stamps[rel] = stampOf(&st)
-		t.stampMu.Unlock()
+		m.stamp = stampOf(&now)
 	}
+	t.record(rel, m)
 	// Its bytes are counted by validation, which stats it anyway.
 	t.filesLinked.Add(1)
 	return nil
+}
+
+// fstatCached fills the type, device and inode number of st from fd's
+// attributes as the kernel has them, without asking a network file
+// system's server (statx AT_STATX_DONT_SYNC): those never change.
+func fstatCached(fd int, st *unix.Stat_t) error {
+	var sx unix.Statx_t
+	if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH|unix.AT_STATX_DONT_SYNC, unix.STATX_TYPE|unix.STATX_INO, &sx); err != nil {
+		return err
+	}
+	*st = unix.Stat_t{Dev: unix.Mkdev(sx.Dev_major, sx.Dev_minor), Ino: sx.Ino, Mode: uint32(sx.Mode)}
+	return nil
+}
+
+// noEmptyPathLink is set once linkat AT_EMPTY_PATH was refused (it needs
+// CAP_DAC_READ_SEARCH before Linux 6.10).
+var noEmptyPathLink atomic.Bool
+
+// linkFd makes name in dirfd a hard link of the inode open as fd.
+func linkFd(fd, dirfd int, name string) error {
+	if !noEmptyPathLink.Load() {
+		err := unix.Linkat(fd, "", dirfd, name, unix.AT_EMPTY_PATH)
+		if err != unix.EPERM {
+			return err
+		}
+		noEmptyPathLink.Store(true)
+	}
+	return unix.Linkat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(fd), dirfd, name, unix.AT_SYMLINK_FOLLOW)
 }
 
 // setTimes gives the entry name of dir the access and modification times
@@ -636,15 +733,21 @@ func (t *tree) logProgress() (stop func()) {
 	return func() { close(done); wg.Wait() }
 }
 
-// validate walks the source again and checks that everything that should
-// have been carried over is in the target: directories, symlinks with the
-// same target, hard links to the same inode, copies with the same size (and
-// content, if configured). A source changed by a stale holder after it was
-// copied fails validation; the target then gets no marker.
+// validate walks the source and the target again. Every entry of the
+// source that should have been carried over must be in the target, and
+// every entry of the target must be one this preparation made (see made)
+// and still be as it made it: directories, symlinks with the source's
+// target, hard links to the source's inode unchanged since linked, copies
+// with the source's size (and content, if configured). A target entry
+// whose source name is gone (deleted or renamed by a stale holder
+// meanwhile) cannot be proven current and fails validation too. A source
+// changed by a stale holder after it was copied fails validation; the
+// target then gets no marker.
 //
 // It works on directory descriptors (fstatat, openat without following
-// symlinks), a few system calls per file, because with hard links
-// validation costs as much as the linking itself.
+// symlinks), a few system calls per file and one more listing per
+// directory, because with hard links validation costs as much as the
+// linking itself.
 func (t *tree) validate() error {
 	t.carried = map[string]carriedEntry{}
 	t.err = nil
@@ -655,7 +758,9 @@ func (t *tree) validate() error {
 	return t.firstErr()
 }
 
-// validateList lists j's source again and queues its entries in batches.
+// validateList lists j's source and target again, checks that the target
+// holds nothing the source does not, and queues the source's entries in
+// batches.
 func (t *tree) validateList(j *dirJob) {
 	defer j.done()
 	if t.stopped() {
@@ -664,6 +769,28 @@ func (t *tree) validateList(j *dirJob) {
 	entries, err := readDirEntries(j.src)
 	if err != nil {
 		t.setErr(err)
+		return
+	}
+	names, err := readDirNames(j.dst)
+	if err != nil {
+		t.setErr(err)
+		return
+	}
+	inSource := make(map[string]bool, len(entries))
+	for _, e := range entries {
+		inSource[e.Name()] = true
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		if inSource[name] || j.rel == "" && name == PreparingName {
+			continue
+		}
+		rel := path.Join(j.rel, name)
+		if _, ok := t.madeAs(rel); ok {
+			t.setErr(fmt.Errorf("%w: %s: in the target, but gone from the source since it was carried over (deleted or renamed meanwhile): cannot be proven current", ErrValidation, rel))
+		} else {
+			t.setErr(fmt.Errorf("%w: %s: in the target, but not made by this preparation", ErrValidation, rel))
+		}
 		return
 	}
 	var batches []func()
@@ -680,7 +807,8 @@ func (t *tree) validateList(j *dirJob) {
 	j.spread(t.pool, batches, perDir)
 }
 
-// validateEntry checks one entry of j's source against the target.
+// validateEntry checks one entry of j's source against the target entry
+// of that name and what this preparation made there.
 func (t *tree) validateEntry(j *dirJob, e dirEntry) error {
 	sfd, dfd := int(j.src.Fd()), int(j.dst.Fd())
 	src, dst := j.src, j.dst
@@ -689,11 +817,16 @@ func (t *tree) validateEntry(j *dirJob, e dirEntry) error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s: %s", ErrValidation, rel, fmt.Sprintf(format, args...))
 	}
-	// The link count and ctime now include our own link (and so say
-	// nothing); whether a file was linked or copied is decided below.
-	act := t.classify(rel, e.Type(), true)
-	if act == actSkip || act == actSpecial {
+	// What was made decides what to check, not the source as it is now:
+	// a link whose source name was replaced since is still a link.
+	m, ok := t.madeAs(rel)
+	switch act := t.classify(rel, e.Type(), true); {
+	case (act == actSkip || act == actSpecial) && ok:
+		return bad("carried over, but the source entry is now left out (type %v)", e.Type())
+	case act == actSkip || act == actSpecial:
 		return nil
+	case !ok:
+		return bad("missing in the target")
 	}
 	var ss, ds unix.Stat_t
 	if err := fstatat(sfd, name, &ss); err != nil {
@@ -705,8 +838,11 @@ func (t *tree) validateEntry(j *dirJob, e dirEntry) error {
 	case err != nil:
 		return err
 	}
-	if st, dt := ss.Mode&unix.S_IFMT, ds.Mode&unix.S_IFMT; st != dt {
-		return bad("file type %#o in the target, %#o in the source", dt, st)
+	if st, dt := ss.Mode&unix.S_IFMT, ds.Mode&unix.S_IFMT; st != dt || dt != m.typ {
+		return bad("file type %#o in the target, %#o in the source, %#o made", dt, st, m.typ)
+	}
+	if m.act != actSymlink && (ds.Dev != m.dev || ds.Ino != m.ino) {
+		return bad("not the entry this preparation made (inode %d, made %d)", ds.Ino, m.ino)
 	}
 	ce := carriedEntry{typ: ds.Mode & unix.S_IFMT}
 	if ce.typ == unix.S_IFREG {
@@ -716,13 +852,7 @@ func (t *tree) validateEntry(j *dirJob, e dirEntry) error {
 	t.carried[rel] = ce
 	t.carriedMu.Unlock()
 	sameInode := ss.Dev == ds.Dev && ss.Ino == ds.Ino
-	if act == actLink && !t.cfg.graceful && !sameInode && !t.shareable(&ss) {
-		// An immutable name of a file with other names, or changed
-		// recently: copied. Its ctime only grows, so a file copied
-		// for being recent is still recent now.
-		act = actCopy
-	}
-	switch act {
+	switch m.act {
 	case actDir:
 		j.start()
 		t.pool.add(func() { t.validateSubdir(j, name, rel) })
@@ -738,40 +868,33 @@ func (t *tree) validateEntry(j *dirJob, e dirEntry) error {
 		if st != dt {
 			return bad("link target %q in the target, %q in the source", dt, st)
 		}
-		// A file swapped for a symlink after it was classified is
-		// linked, not checked, by the copy: check it here.
 		if err := checkSymlink(t.srcRoot, rel, st); err != nil {
 			return err
 		}
 	case actLink:
 		if !sameInode {
-			return bad("not a hard link to the source")
+			return bad("not a hard link to the source (replaced in the source since it was linked?)")
 		}
 		t.bytesLinked.Add(ss.Size)
+		if t.cfg.graceful {
+			break
+		}
 		// Linked with one name in the source, plus ours: another name
 		// appeared since, through which a stale holder may write.
-		if !t.cfg.graceful && ss.Nlink > 2 {
+		if ss.Nlink > 2 {
 			return bad("linked, but the source file has %d names now", ss.Nlink)
 		}
 		// Settled when linked; written since (our link moved its ctime,
 		// not its mtime): a stale holder still writes it.
-		if !t.cfg.graceful && !t.cfg.settledBefore.IsZero() && ss.Mtim.Nano() >= t.cfg.settledBefore.UnixNano() {
+		if !t.cfg.settledBefore.IsZero() && ss.Mtim.Nano() >= t.cfg.settledBefore.UnixNano() {
 			return bad("linked, but the source file was written since")
 		}
 		// Written (or touched) since our linkat, even with its mtime
 		// set back: that moves the ctime.
-		if !t.cfg.graceful {
-			t.stampMu.Lock()
-			was, ok := t.stamps[rel]
-			t.stampMu.Unlock()
-			switch {
-			case !ok:
-				return bad("a hard link to the source that this preparation did not make")
-			case stampOf(&ds) != was:
-				return bad("linked, but the file changed since it was linked (size %d→%d, mtime %v→%v, ctime %v→%v)",
-					was.size, ds.Size, time.Unix(was.mtime.Unix()), time.Unix(ds.Mtim.Unix()),
-					time.Unix(was.ctime.Unix()), time.Unix(ds.Ctim.Unix()))
-			}
+		if was := m.stamp; stampOf(&ds) != was {
+			return bad("linked, but the file changed since it was linked (size %d→%d, mtime %v→%v, ctime %v→%v)",
+				was.size, ds.Size, time.Unix(was.mtime.Unix()), time.Unix(ds.Mtim.Unix()),
+				time.Unix(was.ctime.Unix()), time.Unix(ds.Ctim.Unix()))
 		}
 	case actCopy:
 		if sameInode {
@@ -984,15 +1107,22 @@ func openFileAt(dir *os.File, name string) (*os.File, error) {
 func copyData(df, sf *os.File, st *unix.Stat_t) error {
 	sfd, dfd := int(sf.Fd()), int(df.Fd())
 	if st.Blocks*512 >= st.Size {
-		// As many bytes allocated as it has: no hole to keep, so no
-		// SEEK_DATA and SEEK_HOLE (round trips on NFS). Preallocated
-		// space past the end could hide a hole; the copy is then whole,
-		// with the same content.
-		off, err := copyRange(df, sf, 0, st.Size)
-		if err != nil || off == st.Size {
-			return err
+		// As many bytes allocated as it has, which blocks preallocated
+		// past the end (fallocate KEEP_SIZE) can fake: one SEEK_HOLE
+		// tells. A file of at most 4 KiB is copied whole without asking
+		// (filled holes cost at most a block).
+		whole := st.Size <= 4096
+		if !whole {
+			hole, err := unix.Seek(sfd, 0, unix.SEEK_HOLE)
+			whole = err == nil && hole >= st.Size || err == unix.EINVAL
 		}
-		return unix.Ftruncate(dfd, off) // shrank under us
+		if whole {
+			off, err := copyRange(df, sf, 0, st.Size)
+			if err != nil || off == st.Size {
+				return err
+			}
+			return unix.Ftruncate(dfd, off) // shrank under us
+		}
 	}
 	var off int64
 	for {
