@@ -273,6 +273,23 @@ func TestRevsReleaseGuardIsBypassedByATakeoverInBetween(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = p.Close(context.Background()) })
 	t.Logf("spare holds node %d v%d while release waits for its second GET", inst.ID, inst.Version)
+	// A second spare waits for node 0.
+	p3, err := nodeid.NewProvider(c.repo(), nodeid.Config{TaskID: "spare-2", ClusterSize: 1, LeaseDuration: 2 * time.Second,
+		RenewInterval: 800 * time.Millisecond, PollInterval: 100 * time.Millisecond, OnLost: func(error) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type took struct {
+		inst       nodeid.NodeInstance
+		firstValid bool // the first spare still believed its lease valid then
+		err        error
+	}
+	tookCh := make(chan took, 1)
+	go func() {
+		i, err := p3.Acquire(ctx)
+		tookCh <- took{i, p.Valid(), err}
+	}()
+	t.Cleanup(func() { _ = p3.Close(context.Background()) })
 	code := rel.wait(t, 30*time.Second)
 	out := strings.TrimSpace(rel.out.String())
 	select {
@@ -280,6 +297,15 @@ func TestRevsReleaseGuardIsBypassedByATakeoverInBetween(t *testing.T) {
 	case <-time.After(3 * time.Second):
 	}
 	t.Logf("release --force (no --yes): exit %d: %s; spare's provider: %v", code, out, p.Err())
+	select {
+	case tk := <-tookCh:
+		t.Logf("second spare: %+v, err %v; first spare still valid at that moment: %v", tk.inst, tk.err, tk.firstValid)
+		if tk.err == nil && tk.firstValid {
+			t.Errorf("two valid holders of node 0: spare v%d (not yet aware of the forced release) and spare-2 v%d", inst.Version, tk.inst.Version)
+		}
+	case <-time.After(5 * time.Second):
+		t.Logf("second spare took nothing")
+	}
 	if code == 0 {
 		t.Errorf("release --force without --yes fenced a holder (v%d) that had just acquired and renewed: %s (spare: %v)", inst.Version, out, p.Err())
 	}
