@@ -160,3 +160,37 @@ func TestForceReleaseOfAMissingObjectUsesThePeersMappings(t *testing.T) {
 		}
 	})
 }
+
+// ForceReleaseIfUnchanged writes only over the object the caller checked:
+// a takeover (a new ETag) or a creation since it was seen missing makes it
+// fail with ErrChanged and write nothing; the checked ETag releases.
+func TestForceReleaseIfUnchangedRefusesAChangedObject(t *testing.T) {
+	forEachServer(t, func(t *testing.T, srv *s3test.Server) {
+		ctx := context.Background()
+		repo := newRepo(t, srv, "")
+		cycle(t, repo, "a", 1) // node 0 at v1, released
+		seen, err := repo.Get(ctx, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cycle(t, repo, "b", 1) // node 0 at v2: another ETag
+		if _, err := nodeid.ForceReleaseIfUnchanged(ctx, repo, 0, 0, "operator", seen.ETag); !errors.Is(err, nodeid.ErrChanged) {
+			t.Fatalf("ForceReleaseIfUnchanged with a stale ETag: %v, want ErrChanged", err)
+		}
+		if rec, _ := repo.Get(ctx, 0); rec.Lease.Forced {
+			t.Fatalf("a stale ETag wrote: %+v", rec.Lease)
+		}
+		if _, err := nodeid.ForceReleaseIfUnchanged(ctx, repo, 0, 0, "operator", ""); !errors.Is(err, nodeid.ErrChanged) {
+			t.Fatalf("ForceReleaseIfUnchanged of an object seen missing that exists: %v, want ErrChanged", err)
+		}
+		now, err := repo.Get(ctx, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := nodeid.ForceReleaseIfUnchanged(ctx, repo, 0, 0, "operator", now.ETag)
+		if err != nil || v != 2 {
+			t.Fatalf("ForceReleaseIfUnchanged with the current ETag: v%d, %v; want v2", v, err)
+		}
+		forced(t, repo, 0, 2, true)
+	})
+}
