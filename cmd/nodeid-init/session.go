@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -396,6 +397,7 @@ func checkTempDir() error {
 // file itself is left in place on exit (its state says released or lost)
 // and overwritten by the next run.
 func claimDefaultLeaseFile(log *slog.Logger) (path string, cleanup func(), err error) {
+	warnNonStickyTempDir(log)
 	path = defaultLeasePath()
 	dir := filepath.Dir(path)
 	reason := ""
@@ -432,17 +434,56 @@ func claimDefaultLeaseFile(log *slog.Logger) (path string, cleanup func(), err e
 	if err != nil {
 		return "", nil, usagef("lease file: cannot create its directory in %s: %v", os.TempDir(), err)
 	}
+	// Held open from now on: the cleanup removes what is in this very
+	// directory, even if someone renamed it and put a symlink or another
+	// directory at its path ($TMPDIR without the sticky bit).
+	dirFd, err := unix.Open(private, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		_ = os.Remove(private)
+		return "", nil, usagef("lease file: cannot open its directory %s: %v", private, err)
+	}
 	path = filepath.Join(private, "lease.json")
 	log.Warn("default lease file not available, using a private one: nodeid-init health needs --lease-file "+path+" (or NODE_LEASE_FILE)",
 		"default", defaultLeasePath(), "reason", reason, "lease_file", path)
-	cleanup = func() {
-		entries, _ := os.ReadDir(private)
-		for _, e := range entries {
-			_ = os.Remove(filepath.Join(private, e.Name()))
-		}
-		_ = os.Remove(private)
-	}
+	cleanup = func() { removePrivateDir(dirFd, private) }
 	return path, cleanup, nil
+}
+
+// removePrivateDir removes the private lease directory that dirFd was
+// opened on: only the names run writes there (the lease file, the peers
+// file and their temporary files), unlinked relative to dirFd, never
+// through a path that may have been swapped; then the directory itself,
+// only if path still names it (same device and inode, not a symlink).
+func removePrivateDir(dirFd int, path string) {
+	defer unix.Close(dirFd)
+	if d, err := unix.Dup(dirFd); err == nil {
+		f := os.NewFile(uintptr(d), path)
+		names, _ := f.Readdirnames(-1)
+		f.Close()
+		for _, name := range names {
+			if name == "lease.json" || name == "lease-peers.json" || strings.HasPrefix(name, ".lease-") {
+				_ = unix.Unlinkat(dirFd, name, 0)
+			}
+		}
+	}
+	var ours, there unix.Stat_t
+	if unix.Fstat(dirFd, &ours) != nil || unix.Lstat(path, &there) != nil {
+		return
+	}
+	if there.Mode&unix.S_IFMT == unix.S_IFDIR && there.Dev == ours.Dev && there.Ino == ours.Ino {
+		_ = unix.Rmdir(path)
+	}
+}
+
+// warnNonStickyTempDir warns when $TMPDIR is writable by others without the
+// sticky bit: anyone may then rename the lease file's directory and put
+// another in its place, and the broker would read whatever is there.
+func warnNonStickyTempDir(log *slog.Logger) {
+	var st unix.Stat_t
+	if err := unix.Stat(os.TempDir(), &st); err == nil && st.Mode&0o002 != 0 && st.Mode&unix.S_ISVTX == 0 {
+		log.Warn("$TMPDIR is writable by everyone but not sticky: another user can replace the lease file's directory; set --lease-file (or NODEID_LEASE_FILE) to a file in a directory only this user can write",
+			"tmpdir", os.TempDir())
+	}
 }
 
 // writeWaiting publishes that this task waits for a node ID (a hot spare):
