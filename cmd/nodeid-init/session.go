@@ -49,6 +49,12 @@ type session struct {
 	// renewFails counts failed renewal attempts since the last success,
 	// for the "renewals recovered" line.
 	renewFails int
+
+	// fileMu orders the writes of the lease file; waiting is set while the
+	// file says `waiting` and keepWaiting refreshes it: the first event
+	// written (acquired, ...) or stopWaiting ends it.
+	fileMu  sync.Mutex
+	waiting bool
 }
 
 // leaseOptions are the settings of commands that take a lease.
@@ -176,7 +182,10 @@ func (sess *session) handleEvent(e nodeid.Event) {
 	default:
 		return
 	}
+	sess.fileMu.Lock()
+	sess.waiting = false
 	err := writeLeaseFile(sess.leaseFile, l)
+	sess.fileMu.Unlock()
 	sess.mu.Lock()
 	sess.leaseFileErr = err
 	fails := 0
@@ -210,12 +219,13 @@ func (sess *session) handleEvent(e nodeid.Event) {
 	}
 }
 
-// writeLeaseFile is leasefile.Write, or a failure when the test-only
-// NODEID_TEST_LEASE_FILE_FAIL is set.
+// writeLeaseFile is leasefile.Write with this host's boot ID, or a failure
+// when the test-only NODEID_TEST_LEASE_FILE_FAIL is set.
 func writeLeaseFile(path string, l leasefile.Lease) error {
 	if os.Getenv("NODEID_TEST_LEASE_FILE_FAIL") != "" {
 		return fmt.Errorf("lease file: test failure (NODEID_TEST_LEASE_FILE_FAIL)")
 	}
+	l.BootID = leasefile.BootID()
 	return leasefile.Write(path, l)
 }
 
@@ -487,13 +497,62 @@ func warnNonStickyTempDir(log *slog.Logger) {
 }
 
 // writeWaiting publishes that this task waits for a node ID (a hot spare):
-// `health` passes, a broker finds no valid lease.
-func (sess *session) writeWaiting() {
+// `health` passes, a broker finds no valid lease. The state stands for two
+// poll intervals and is refreshed every poll interval until the first event
+// is written or ctx ends, so the file of a task that died while waiting
+// goes stale by itself; stopWaiting says `stopped` on the way out.
+func (sess *session) writeWaiting(ctx context.Context) {
 	sess.metrics.waiting.Set(1)
 	if sess.leaseFile == "" {
 		return
 	}
-	if err := writeLeaseFile(sess.leaseFile, leasefile.Lease{State: leasefile.StateWaiting, NodeID: -1, TaskID: sess.cfg.TaskID}); err != nil {
+	sess.fileMu.Lock()
+	sess.waiting = true
+	err := sess.writeWaitingLocked()
+	sess.fileMu.Unlock()
+	if err != nil {
+		sess.log.Warn("cannot write the lease file", "path", sess.leaseFile, "err", err)
+	}
+	go func() {
+		t := time.NewTicker(sess.cfg.PollInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			sess.fileMu.Lock()
+			still := sess.waiting
+			if still {
+				err = sess.writeWaitingLocked()
+			}
+			sess.fileMu.Unlock()
+			if !still {
+				return
+			}
+			if err != nil {
+				sess.log.Warn("cannot write the lease file", "path", sess.leaseFile, "err", err)
+			}
+		}
+	}()
+}
+
+func (sess *session) writeWaitingLocked() error {
+	return writeLeaseFile(sess.leaseFile, leasefile.Lease{State: leasefile.StateWaiting, NodeID: -1, TaskID: sess.cfg.TaskID,
+		ValidUntilBoottimeNs: int64(clock.SystemBoottime() + 2*sess.cfg.PollInterval)})
+}
+
+// stopWaiting, on the way out of a task that never acquired, replaces a
+// `waiting` lease file with `stopped`, so `health` fails at once.
+func (sess *session) stopWaiting() {
+	sess.fileMu.Lock()
+	defer sess.fileMu.Unlock()
+	if !sess.waiting {
+		return
+	}
+	sess.waiting = false
+	if err := writeLeaseFile(sess.leaseFile, leasefile.Lease{State: leasefile.StateStopped, NodeID: -1, TaskID: sess.cfg.TaskID}); err != nil {
 		sess.log.Warn("cannot write the lease file", "path", sess.leaseFile, "err", err)
 	}
 }
