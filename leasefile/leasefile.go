@@ -15,6 +15,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/nodeid/nodeid/clock"
@@ -26,8 +29,12 @@ const (
 	StateLost     = "lost"
 	StateReleased = "released"
 	// StateWaiting: the supervisor is still waiting for a node ID (a hot
-	// spare). Not valid for writes: there is no node ID yet.
+	// spare). Not valid for writes: there is no node ID yet. It stands only
+	// until ValidUntilBoottimeNs, which the supervisor pushes forward at
+	// every poll: a waiting file whose writer died goes stale by itself.
 	StateWaiting = "waiting"
+	// StateStopped: the supervisor stopped before it acquired a node ID.
+	StateStopped = "stopped"
 )
 
 // Lease is the content of the file.
@@ -37,19 +44,50 @@ type Lease struct {
 	Version int64  `json:"version"` // the fencing token
 	TaskID  string `json:"taskId"`
 	// ValidUntilBoottimeNs is the holder's self-fence deadline as a
-	// CLOCK_BOOTTIME reading in nanoseconds; 0 when not held.
+	// CLOCK_BOOTTIME reading in nanoseconds when held; when waiting, the
+	// time until which the waiting state stands (refreshed at each poll);
+	// 0 otherwise.
 	ValidUntilBoottimeNs int64 `json:"validUntilBoottimeNs"`
+	// BootID is the writer's /proc/sys/kernel/random/boot_id: a deadline on
+	// CLOCK_BOOTTIME means nothing after a reboot (the clock restarts at
+	// 0), so a file of another boot is never valid. Empty in files of
+	// older writers (then not compared) and where the writer cannot read it.
+	BootID string `json:"bootId,omitempty"`
 }
 
-// Valid reports whether the lease is held and its deadline has not passed on
-// this host's monotonic clock.
+// BootID returns this host's boot ID, or "" if it cannot be read.
+func BootID() string { return bootID() }
+
+var bootID = sync.OnceValue(func() string {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+})
+
+// ThisBoot reports whether the file was written since this host's last
+// boot, as far as can be told: a file without a boot ID is taken to be.
+func (l Lease) ThisBoot() bool {
+	return l.BootID == "" || l.BootID == bootID()
+}
+
+// Valid reports whether the lease is held, was written during this boot and
+// its deadline has not passed on this host's monotonic clock.
 func (l Lease) Valid() bool {
-	return l.State == StateHeld && int64(clock.SystemBoottime()) < l.ValidUntilBoottimeNs
+	return l.State == StateHeld && l.ThisBoot() && int64(clock.SystemBoottime()) < l.ValidUntilBoottimeNs
+}
+
+// Waiting reports whether the file says its writer is waiting for a node ID
+// and that statement has not gone stale (its writer refreshes it at each
+// poll; one that stopped or died does not).
+func (l Lease) Waiting() bool {
+	return l.State == StateWaiting && l.ThisBoot() && int64(clock.SystemBoottime()) < l.ValidUntilBoottimeNs
 }
 
 // Remaining returns how long the lease stays valid, or 0.
 func (l Lease) Remaining() time.Duration {
-	if l.State != StateHeld {
+	if l.State != StateHeld || !l.ThisBoot() {
 		return 0
 	}
 	return max(time.Duration(l.ValidUntilBoottimeNs)-clock.SystemBoottime(), 0)
@@ -104,14 +142,68 @@ func Read(path string) (Lease, error) {
 	return l, nil
 }
 
-// Check reads the file and returns nil only if the lease is valid now.
+// Check reads the file and returns nil only if the lease is valid now and
+// is the reader's own: when NODE_ID or NODE_VERSION is set in the
+// environment (nodeid-init run sets both for the command it starts; the
+// env file of acquire does too), the file's nodeId and version must equal
+// them. So a process left over from an earlier tenure, which reads a file
+// its successor now writes, stops. Use CheckInstance to pass them
+// explicitly.
 func Check(path string) (Lease, error) {
 	l, err := Read(path)
 	if err != nil {
 		return l, err
 	}
-	if !l.Valid() {
-		return l, fmt.Errorf("lease of node %d v%d is %s and not valid", l.NodeID, l.Version, l.State)
+	if err := l.validErr(); err != nil {
+		return l, err
+	}
+	return l, l.MatchesEnv()
+}
+
+// CheckInstance is Check for the tenure of node nodeID at version version,
+// whatever the environment says.
+func CheckInstance(path string, nodeID int, version int64) (Lease, error) {
+	l, err := Read(path)
+	if err != nil {
+		return l, err
+	}
+	if err := l.validErr(); err != nil {
+		return l, err
+	}
+	if l.NodeID != nodeID || l.Version != version {
+		return l, mismatch(l, strconv.Itoa(nodeID), strconv.FormatInt(version, 10))
 	}
 	return l, nil
+}
+
+func (l Lease) validErr() error {
+	if !l.ThisBoot() {
+		return fmt.Errorf("lease of node %d v%d was written before this host's last boot and is not valid", l.NodeID, l.Version)
+	}
+	if !l.Valid() {
+		return fmt.Errorf("lease of node %d v%d is %s and not valid", l.NodeID, l.Version, l.State)
+	}
+	return nil
+}
+
+// MatchesEnv returns an error when NODE_ID or NODE_VERSION is set in the
+// environment and differs from the file's nodeId or version: the file is
+// then another tenure's (or says waiting), not the reader's.
+func (l Lease) MatchesEnv() error {
+	id, v := strings.TrimSpace(os.Getenv("NODE_ID")), strings.TrimSpace(os.Getenv("NODE_VERSION"))
+	if (id != "" && id != strconv.Itoa(l.NodeID)) || (v != "" && v != strconv.FormatInt(l.Version, 10)) {
+		return mismatch(l, id, v)
+	}
+	return nil
+}
+
+func mismatch(l Lease, id, v string) error {
+	return fmt.Errorf("lease file is node %d v%d (%s), not this process's node %s v%s: not valid", l.NodeID, l.Version, l.State, orAny(id), orAny(v))
+}
+
+func orAny(s string) string {
+	if s == "" {
+		return "(any)"
+	}
+	return s
 }

@@ -37,6 +37,11 @@ var (
 	// holds its lease: overwritten, deleted, marked unusable, or not renewed
 	// before its self-fence deadline.
 	ErrLeaseLost = errors.New("lease lost")
+	// ErrChanged is returned by ForceReleaseIfUnchanged and ScaleIfUnchanged
+	// when a lease object is no longer the one the caller checked (another
+	// ETag, or created since it was seen missing): nothing was written over
+	// it. Check again and retry.
+	ErrChanged = errors.New("lease object changed since it was checked")
 	// ErrAcquireTimeout means no node ID could be acquired in time.
 	ErrAcquireTimeout = errors.New("no node id acquired before the acquire timeout")
 	// ErrInvalidConfig wraps every configuration error.

@@ -160,3 +160,92 @@ func TestForceReleaseOfAMissingObjectUsesThePeersMappings(t *testing.T) {
 		}
 	})
 }
+
+// ForceReleaseIfUnchanged writes only over the object the caller checked:
+// a takeover (a new ETag) or a creation since it was seen missing makes it
+// fail with ErrChanged and write nothing; the checked ETag releases.
+func TestForceReleaseIfUnchangedRefusesAChangedObject(t *testing.T) {
+	forEachServer(t, func(t *testing.T, srv *s3test.Server) {
+		ctx := context.Background()
+		repo := newRepo(t, srv, "")
+		cycle(t, repo, "a", 1) // node 0 at v1, released
+		seen, err := repo.Get(ctx, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cycle(t, repo, "b", 1) // node 0 at v2: another ETag
+		if _, err := nodeid.ForceReleaseIfUnchanged(ctx, repo, 0, 0, "operator", seen.ETag); !errors.Is(err, nodeid.ErrChanged) {
+			t.Fatalf("ForceReleaseIfUnchanged with a stale ETag: %v, want ErrChanged", err)
+		}
+		if rec, _ := repo.Get(ctx, 0); rec.Lease.Forced {
+			t.Fatalf("a stale ETag wrote: %+v", rec.Lease)
+		}
+		if _, err := nodeid.ForceReleaseIfUnchanged(ctx, repo, 0, 0, "operator", ""); !errors.Is(err, nodeid.ErrChanged) {
+			t.Fatalf("ForceReleaseIfUnchanged of an object seen missing that exists: %v, want ErrChanged", err)
+		}
+		now, err := repo.Get(ctx, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := nodeid.ForceReleaseIfUnchanged(ctx, repo, 0, 0, "operator", now.ETag)
+		if err != nil || v != 2 {
+			t.Fatalf("ForceReleaseIfUnchanged with the current ETag: v%d, %v; want v2", v, err)
+		}
+		forced(t, repo, 0, 2, true)
+	})
+}
+
+// ScaleIfUnchanged marks an object only if it still has the ETag the caller
+// judged: node 1 taken after the check is not fenced (ErrChanged, nothing
+// written over it); with fresh ETags the scale goes through.
+func TestScaleIfUnchangedRefusesAnObjectChangedSinceTheCheck(t *testing.T) {
+	forEachServer(t, func(t *testing.T, srv *s3test.Server) {
+		ctx := context.Background()
+		repo := newRepo(t, srv, "")
+		if err := nodeid.Initialize(ctx, repo, 2, "boot", 2*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		etags := func() map[int]string {
+			m := map[int]string{}
+			for id := 0; id < 2; id++ {
+				rec, err := repo.Get(ctx, id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				m[id] = rec.ETag
+			}
+			return m
+		}
+		checked := etags()
+		cycle(t, repo, "a", 2) // node 0 or 1 taken and released: a new ETag
+		changed := -1
+		for id, e := range etags() {
+			if e != checked[id] {
+				changed = id
+			}
+		}
+		if changed != 1 {
+			// cycle took node 0; change node 1 by hand.
+			rec, err := repo.Get(ctx, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := nodeid.ForceRelease(ctx, repo, 1, rec.Lease.Instance.Version, "operator"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		before, _ := repo.Get(ctx, 1)
+		if err := nodeid.ScaleIfUnchanged(ctx, repo, 1, "admin", 2*time.Second, checked); !errors.Is(err, nodeid.ErrChanged) {
+			t.Fatalf("ScaleIfUnchanged over a changed node 1: %v, want ErrChanged", err)
+		}
+		if after, _ := repo.Get(ctx, 1); after.ETag != before.ETag || !after.Lease.Acquirable {
+			t.Fatalf("node 1 was written over: %+v", after.Lease)
+		}
+		if err := nodeid.ScaleIfUnchanged(ctx, repo, 1, "admin", 2*time.Second, etags()); err != nil {
+			t.Fatalf("ScaleIfUnchanged with fresh ETags: %v", err)
+		}
+		if after, _ := repo.Get(ctx, 1); after.Lease.Acquirable {
+			t.Fatalf("node 1 still acquirable after the scale to 1: %+v", after.Lease)
+		}
+	})
+}

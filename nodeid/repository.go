@@ -390,7 +390,27 @@ func Scale(ctx context.Context, repo Repository, size int, taskID string, leaseD
 	return scale(ctx, repo, size, taskID, leaseDuration, newNonce)
 }
 
+// ScaleIfUnchanged is Scale for a caller that judged the objects first (an
+// operator's guard): it writes over an object only if its ETag is still the
+// one in checked (by node ID), and otherwise stops with ErrChanged (wrapped
+// with the node ID), so a holder that took an ID after the check is never
+// fenced on the strength of that check. An object that needs no change is
+// not written and not compared. Missing objects below size are created with
+// If-None-Match as by Scale.
+func ScaleIfUnchanged(ctx context.Context, repo Repository, size int, taskID string, leaseDuration time.Duration, checked map[int]string) error {
+	if checked == nil {
+		checked = map[int]string{}
+	}
+	return scaleChecked(ctx, repo, size, taskID, leaseDuration, newNonce, checked)
+}
+
 func scale(ctx context.Context, repo Repository, size int, taskID string, leaseDuration time.Duration, nonce func() string) error {
+	return scaleChecked(ctx, repo, size, taskID, leaseDuration, nonce, nil)
+}
+
+// scaleChecked is scale; with checked non-nil, each write is tied to the
+// ETag the caller checked (see ScaleIfUnchanged).
+func scaleChecked(ctx context.Context, repo Repository, size int, taskID string, leaseDuration time.Duration, nonce func() string, checked map[int]string) error {
 	if size < 1 {
 		return fmt.Errorf("%w: cluster size %d, must be >= 1", ErrInvalidConfig, size)
 	}
@@ -409,9 +429,12 @@ func scale(ctx context.Context, repo Repository, size int, taskID string, leaseD
 	for _, s := range listing.Slots {
 		want := s.ID < size
 		for attempt := 0; ; attempt++ {
-			err := setAcquirable(ctx, repo, s.ID, want, taskID, nonce, known)
+			err := setAcquirable(ctx, repo, s.ID, want, taskID, nonce, known, checked)
 			if err == nil || errors.Is(err, ErrCorruptLease) {
 				break
+			}
+			if errors.Is(err, ErrChanged) {
+				return fmt.Errorf("scale node %d: %w", s.ID, err)
 			}
 			if (errors.Is(err, ErrPreconditionFailed) || errors.Is(err, ErrConflict)) && attempt < 10 {
 				continue // renewed under us: read again
@@ -422,13 +445,18 @@ func scale(ctx context.Context, repo Repository, size int, taskID string, leaseD
 	return nil
 }
 
-func setAcquirable(ctx context.Context, repo Repository, id int, acquirable bool, taskID string, nonce func() string, known VersionMappings) error {
+func setAcquirable(ctx context.Context, repo Repository, id int, acquirable bool, taskID string, nonce func() string, known VersionMappings, checked map[int]string) error {
 	rec, err := repo.Get(ctx, id)
 	if err != nil {
 		return err
 	}
 	if rec.Lease.Acquirable == acquirable {
 		return nil
+	}
+	if checked != nil {
+		if etag, ok := checked[id]; !ok || etag != rec.ETag {
+			return ErrChanged
+		}
 	}
 	l := rec.Lease
 	l.Acquirable = acquirable
@@ -445,6 +473,9 @@ func setAcquirable(ctx context.Context, repo Repository, id int, acquirable bool
 		}
 	}
 	_, err = repo.Write(ctx, l, rec.ETag)
+	if checked != nil && (errors.Is(err, ErrPreconditionFailed) || errors.Is(err, ErrConflict)) {
+		return fmt.Errorf("%w: %w", ErrChanged, err)
+	}
 	return err
 }
 
@@ -482,11 +513,30 @@ func ForceRelease(ctx context.Context, repo Repository, id int, atLeast Version,
 
 // forceRelease is ForceRelease with its source of nonces (the simulation's
 // is seeded).
+// ForceReleaseIfUnchanged is ForceRelease for a caller that checked the
+// object first (an operator's guard that refuses a live holder): it writes
+// only over the object with ETag etag (If-Match), or, with etag "", only if
+// the object is still missing (If-None-Match). If the object changed since,
+// e.g. a new holder took the ID, nothing is written and the error wraps
+// ErrChanged.
+func ForceReleaseIfUnchanged(ctx context.Context, repo Repository, id int, atLeast Version, taskID string, etag string) (Version, error) {
+	return forceReleaseChecked(ctx, repo, id, atLeast, taskID, newNonce, &etag)
+}
+
 func forceRelease(ctx context.Context, repo Repository, id int, atLeast Version, taskID string, nonce func() string) (Version, error) {
+	return forceReleaseChecked(ctx, repo, id, atLeast, taskID, nonce, nil)
+}
+
+// forceReleaseChecked is forceRelease; with checked non-nil, tied to that
+// ETag ("" = missing), see ForceReleaseIfUnchanged.
+func forceReleaseChecked(ctx context.Context, repo Repository, id int, atLeast Version, taskID string, nonce func() string, checked *string) (Version, error) {
 	rec, err := repo.Get(ctx, id)
 	missing := errors.Is(err, ErrNotFound)
 	if err != nil && !missing && !errors.Is(err, ErrCorruptLease) {
 		return 0, err
+	}
+	if checked != nil && (missing != (*checked == "") || (!missing && rec.ETag != *checked)) {
+		return 0, fmt.Errorf("node %d: %w", id, ErrChanged)
 	}
 	listing, lerr := repo.List(ctx)
 	if lerr != nil {
@@ -523,6 +573,9 @@ func forceRelease(ctx context.Context, repo Repository, id int, atLeast Version,
 		_, err = repo.Create(ctx, released)
 	} else {
 		_, err = repo.Write(ctx, released, rec.ETag)
+	}
+	if checked != nil && (errors.Is(err, ErrPreconditionFailed) || errors.Is(err, ErrConflict)) {
+		return 0, fmt.Errorf("node %d: %w: %w", id, ErrChanged, err)
 	}
 	if err != nil {
 		return 0, err

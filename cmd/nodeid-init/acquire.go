@@ -56,8 +56,9 @@ func cmdAcquire(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	sess.leaseFile = s.leaseFile
+	defer sess.stopWaiting()
 	p := sess.provider
-	sess.writeWaiting()
+	sess.writeWaiting(ctx)
 	go sess.hintScaledUp(ctx)
 	inst, err := p.Acquire(ctx)
 	sess.metrics.waiting.Set(0)

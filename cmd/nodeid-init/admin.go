@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -135,11 +136,16 @@ type scaleChange struct {
 	fences bool // a live holder loses its lease
 }
 
-func planScale(ctx context.Context, repo nodeid.Repository, size int, localLease time.Duration) ([]scaleChange, error) {
+// planScale reads every object and says what scale would change, and
+// returns the ETag of each object it judged: the scale writes only over
+// those (nodeid.ScaleIfUnchanged), so nothing is changed on the strength
+// of a judgement about an object that has changed since.
+func planScale(ctx context.Context, repo nodeid.Repository, size int, localLease time.Duration) ([]scaleChange, map[int]string, error) {
 	listing, err := repo.List(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	checked := map[int]string{}
 	var changes []scaleChange
 	for id := 0; id < size; id++ {
 		if _, ok := listing.Slot(id); !ok {
@@ -152,8 +158,9 @@ func planScale(ctx context.Context, repo nodeid.Repository, size int, localLease
 			continue // scale leaves a corrupt object alone
 		}
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
+		checked[slot.ID] = rec.ETag
 		want := slot.ID < size
 		if rec.Lease.Acquirable == want {
 			continue
@@ -171,8 +178,20 @@ func planScale(ctx context.Context, repo nodeid.Repository, size int, localLease
 		}
 		changes = append(changes, c)
 	}
-	return changes, nil
+	return changes, checked, nil
 }
+
+// changedError is the error of an admin command whose write found the
+// object changed since its check (a new holder, a renewal, another
+// operator): nothing was written over it (exit 1).
+func changedError(err error) error {
+	if m := changedNode.FindStringSubmatch(err.Error()); m != nil {
+		return fmt.Errorf("node %s changed since it was checked; nothing was written over it; run again", m[1])
+	}
+	return fmt.Errorf("a lease object changed since it was checked; nothing was written over it; run again")
+}
+
+var changedNode = regexp.MustCompile(`node (\d+): `)
 
 func cmdScale(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	s, repo, _, err := adminSession(ctx, "scale", args, stdout, stderr, changeFlags)
@@ -182,7 +201,7 @@ func cmdScale(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := explicitSize(s, "scale"); err != nil {
 		return err
 	}
-	changes, err := planScale(ctx, repo, s.clusterSize, s.leaseDuration)
+	changes, checked, err := planScale(ctx, repo, s.clusterSize, s.leaseDuration)
 	if err != nil {
 		return err
 	}
@@ -221,7 +240,10 @@ func cmdScale(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if creates > largeChange && !s.yes {
 		return usagef("scale to %d would create %d lease objects: more than %d; add --yes if that is meant", s.clusterSize, creates, largeChange)
 	}
-	if err := nodeid.Scale(ctx, repo, s.clusterSize, s.taskID, s.leaseDuration); err != nil {
+	if err := nodeid.ScaleIfUnchanged(ctx, repo, s.clusterSize, s.taskID, s.leaseDuration, checked); err != nil {
+		if errors.Is(err, nodeid.ErrChanged) {
+			return changedError(err)
+		}
 		return err
 	}
 	for _, c := range changes {
@@ -318,7 +340,12 @@ func cmdRelease(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fmt.Fprintf(stdout, "dry run: would force-release node %d (%s) at version %d or the highest version a peer knows, if higher\n", node, state, max(atLeast, int64(rec.Lease.Instance.Version)))
 		return nil
 	}
-	v, err := nodeid.ForceRelease(ctx, repo, node, nodeid.Version(atLeast), s.taskID)
+	// The release writes only over the object the guard judged (its ETag;
+	// "" = missing): a holder that took the ID since is never fenced.
+	v, err := nodeid.ForceReleaseIfUnchanged(ctx, repo, node, nodeid.Version(atLeast), s.taskID, rec.ETag)
+	if errors.Is(err, nodeid.ErrChanged) {
+		return fmt.Errorf("node %d changed since it was checked; nothing was written over it; run again", node)
+	}
 	if errors.Is(err, nodeid.ErrVersionUnknown) {
 		return usagef("%v: pass --version V (the newest node-%d/vV in the data root, or pass --data-root)", err, node)
 	}

@@ -98,6 +98,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 	}
 	sess.leaseFile = s.leaseFile
+	defer sess.stopWaiting()
 	p := sess.provider
 
 	stopping := make(chan struct{})
@@ -112,7 +113,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		case <-acqCtx.Done():
 		}
 	}()
-	sess.writeWaiting()
+	sess.writeWaiting(acqCtx)
 	go sess.hintScaledUp(acqCtx)
 	inst, err := p.Acquire(acqCtx)
 	sess.metrics.waiting.Set(0)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -48,6 +49,12 @@ type session struct {
 	// renewFails counts failed renewal attempts since the last success,
 	// for the "renewals recovered" line.
 	renewFails int
+
+	// fileMu orders the writes of the lease file; waiting is set while the
+	// file says `waiting` and keepWaiting refreshes it: the first event
+	// written (acquired, ...) or stopWaiting ends it.
+	fileMu  sync.Mutex
+	waiting bool
 }
 
 // leaseOptions are the settings of commands that take a lease.
@@ -175,7 +182,10 @@ func (sess *session) handleEvent(e nodeid.Event) {
 	default:
 		return
 	}
+	sess.fileMu.Lock()
+	sess.waiting = false
 	err := writeLeaseFile(sess.leaseFile, l)
+	sess.fileMu.Unlock()
 	sess.mu.Lock()
 	sess.leaseFileErr = err
 	fails := 0
@@ -209,12 +219,13 @@ func (sess *session) handleEvent(e nodeid.Event) {
 	}
 }
 
-// writeLeaseFile is leasefile.Write, or a failure when the test-only
-// NODEID_TEST_LEASE_FILE_FAIL is set.
+// writeLeaseFile is leasefile.Write with this host's boot ID, or a failure
+// when the test-only NODEID_TEST_LEASE_FILE_FAIL is set.
 func writeLeaseFile(path string, l leasefile.Lease) error {
 	if os.Getenv("NODEID_TEST_LEASE_FILE_FAIL") != "" {
 		return fmt.Errorf("lease file: test failure (NODEID_TEST_LEASE_FILE_FAIL)")
 	}
+	l.BootID = leasefile.BootID()
 	return leasefile.Write(path, l)
 }
 
@@ -397,6 +408,7 @@ func checkTempDir() error {
 // file itself is left in place on exit (its state says released or lost)
 // and overwritten by the next run.
 func claimDefaultLeaseFile(log *slog.Logger) (path string, cleanup func(), err error) {
+	warnNonStickyTempDir(log)
 	path = defaultLeasePath()
 	dir := filepath.Dir(path)
 	reason := ""
@@ -433,27 +445,115 @@ func claimDefaultLeaseFile(log *slog.Logger) (path string, cleanup func(), err e
 	if err != nil {
 		return "", nil, usagef("lease file: cannot create its directory in %s: %v", os.TempDir(), err)
 	}
+	// Held open from now on: the cleanup removes what is in this very
+	// directory, even if someone renamed it and put a symlink or another
+	// directory at its path ($TMPDIR without the sticky bit).
+	dirFd, err := unix.Open(private, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		_ = os.Remove(private)
+		return "", nil, usagef("lease file: cannot open its directory %s: %v", private, err)
+	}
 	path = filepath.Join(private, "lease.json")
 	log.Warn("default lease file not available, using a private one: nodeid-init health needs --lease-file "+path+" (or NODE_LEASE_FILE)",
 		"default", defaultLeasePath(), "reason", reason, "lease_file", path)
-	cleanup = func() {
-		entries, _ := os.ReadDir(private)
-		for _, e := range entries {
-			_ = os.Remove(filepath.Join(private, e.Name()))
-		}
-		_ = os.Remove(private)
-	}
+	cleanup = func() { removePrivateDir(dirFd, private) }
 	return path, cleanup, nil
 }
 
+// removePrivateDir removes the private lease directory that dirFd was
+// opened on: only the names run writes there (the lease file, the peers
+// file and their temporary files), unlinked relative to dirFd, never
+// through a path that may have been swapped; then the directory itself,
+// only if path still names it (same device and inode, not a symlink).
+func removePrivateDir(dirFd int, path string) {
+	defer unix.Close(dirFd)
+	if d, err := unix.Dup(dirFd); err == nil {
+		f := os.NewFile(uintptr(d), path)
+		names, _ := f.Readdirnames(-1)
+		f.Close()
+		for _, name := range names {
+			if name == "lease.json" || name == "lease-peers.json" || strings.HasPrefix(name, ".lease-") {
+				_ = unix.Unlinkat(dirFd, name, 0)
+			}
+		}
+	}
+	var ours, there unix.Stat_t
+	if unix.Fstat(dirFd, &ours) != nil || unix.Lstat(path, &there) != nil {
+		return
+	}
+	if there.Mode&unix.S_IFMT == unix.S_IFDIR && there.Dev == ours.Dev && there.Ino == ours.Ino {
+		_ = unix.Rmdir(path)
+	}
+}
+
+// warnNonStickyTempDir warns when $TMPDIR is writable by others without the
+// sticky bit: anyone may then rename the lease file's directory and put
+// another in its place, and the broker would read whatever is there.
+func warnNonStickyTempDir(log *slog.Logger) {
+	var st unix.Stat_t
+	if err := unix.Stat(os.TempDir(), &st); err == nil && st.Mode&0o002 != 0 && st.Mode&unix.S_ISVTX == 0 {
+		log.Warn("$TMPDIR is writable by everyone but not sticky: another user can replace the lease file's directory; set --lease-file (or NODEID_LEASE_FILE) to a file in a directory only this user can write",
+			"tmpdir", os.TempDir())
+	}
+}
+
 // writeWaiting publishes that this task waits for a node ID (a hot spare):
-// `health` passes, a broker finds no valid lease.
-func (sess *session) writeWaiting() {
+// `health` passes, a broker finds no valid lease. The state stands for two
+// poll intervals and is refreshed every poll interval until the first event
+// is written or ctx ends, so the file of a task that died while waiting
+// goes stale by itself; stopWaiting says `stopped` on the way out.
+func (sess *session) writeWaiting(ctx context.Context) {
 	sess.metrics.waiting.Set(1)
 	if sess.leaseFile == "" {
 		return
 	}
-	if err := writeLeaseFile(sess.leaseFile, leasefile.Lease{State: leasefile.StateWaiting, NodeID: -1, TaskID: sess.cfg.TaskID}); err != nil {
+	sess.fileMu.Lock()
+	sess.waiting = true
+	err := sess.writeWaitingLocked()
+	sess.fileMu.Unlock()
+	if err != nil {
+		sess.log.Warn("cannot write the lease file", "path", sess.leaseFile, "err", err)
+	}
+	go func() {
+		t := time.NewTicker(sess.cfg.PollInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			sess.fileMu.Lock()
+			still := sess.waiting
+			if still {
+				err = sess.writeWaitingLocked()
+			}
+			sess.fileMu.Unlock()
+			if !still {
+				return
+			}
+			if err != nil {
+				sess.log.Warn("cannot write the lease file", "path", sess.leaseFile, "err", err)
+			}
+		}
+	}()
+}
+
+func (sess *session) writeWaitingLocked() error {
+	return writeLeaseFile(sess.leaseFile, leasefile.Lease{State: leasefile.StateWaiting, NodeID: -1, TaskID: sess.cfg.TaskID,
+		ValidUntilBoottimeNs: int64(clock.SystemBoottime() + 2*sess.cfg.PollInterval)})
+}
+
+// stopWaiting, on the way out of a task that never acquired, replaces a
+// `waiting` lease file with `stopped`, so `health` fails at once.
+func (sess *session) stopWaiting() {
+	sess.fileMu.Lock()
+	defer sess.fileMu.Unlock()
+	if !sess.waiting {
+		return
+	}
+	sess.waiting = false
+	if err := writeLeaseFile(sess.leaseFile, leasefile.Lease{State: leasefile.StateStopped, NodeID: -1, TaskID: sess.cfg.TaskID}); err != nil {
 		sess.log.Warn("cannot write the lease file", "path", sess.leaseFile, "err", err)
 	}
 }
