@@ -1387,14 +1387,14 @@ func TestSimulationSeed(t *testing.T) {
 }
 
 func TestSimulationIsDeterministic(t *testing.T) {
-	// 6, 12, 15 and 150 have Camunda brokers (15: ten of them, ten
-	// acquisitions, eight losses, a release, Camunda's weaknesses), whose
-	// goroutines post their effects for the scheduler (simWorld.post).
-	camundaSeeds := map[uint64]bool{6: true, 12: true, 15: true, 150: true}
+	// 4, 12, 15 and 150 have Camunda brokers (4: nine of them, six
+	// acquisitions), whose goroutines post their effects for the scheduler
+	// (simWorld.post).
+	camundaSeeds := map[uint64]bool{4: true, 12: true, 15: true, 150: true}
 	// The seeds replay every kind of step: paginated listings (12), a
 	// hand-off adopted (17), corrupt objects repaired by release --force.
 	seen := map[string]int{}
-	for _, seed := range []uint64{3, 6, 12, 15, 17, 18, 43, 89, 150} {
+	for _, seed := range []uint64{3, 4, 12, 15, 17, 18, 43, 89, 150} {
 		a := runSim(t, simParamsFor(seed), nil)
 		for k, v := range a.counts {
 			seen[k] += v
