@@ -511,8 +511,6 @@ func ForceRelease(ctx context.Context, repo Repository, id int, atLeast Version,
 	return forceRelease(ctx, repo, id, atLeast, taskID, newNonce)
 }
 
-// forceRelease is ForceRelease with its source of nonces (the simulation's
-// is seeded).
 // ForceReleaseIfUnchanged is ForceRelease for a caller that checked the
 // object first (an operator's guard that refuses a live holder): it writes
 // only over the object with ETag etag (If-Match), or, with etag "", only if
@@ -523,6 +521,8 @@ func ForceReleaseIfUnchanged(ctx context.Context, repo Repository, id int, atLea
 	return forceReleaseChecked(ctx, repo, id, atLeast, taskID, newNonce, &etag)
 }
 
+// forceRelease is ForceRelease with its source of nonces (the simulation's
+// is seeded).
 func forceRelease(ctx context.Context, repo Repository, id int, atLeast Version, taskID string, nonce func() string) (Version, error) {
 	return forceReleaseChecked(ctx, repo, id, atLeast, taskID, nonce, nil)
 }
