@@ -51,8 +51,9 @@ func (r *deleteDuringSurveyRepo) Get(ctx context.Context, id int) (nodeid.Record
 	return r.Repository.Get(ctx, id)
 }
 
-// From the review of the protocol (REVP-1, fixed: a 404 in the survey holds the take back). Same setting as TestTakeAfterAFailedSurveyWaitsForEveryLease
-// (node 0 lowered to a release at v1 by an outside write; the live peer on
+// From the review of the protocol (REVP-1, fixed: a 404 in the survey
+// holds the take back). Same setting as
+// TestTakeAfterAFailedSurveyWaitsForEveryLease (node 0 lowered to a release at v1 by an outside write; the live peer on
 // node 1 records node 0 at v5), but the peer's object is deleted from
 // outside while the taker surveys, and recreated by its live holder right
 // after: the survey's GET answers 404, which surveyLeases skips ("a deleted
@@ -62,19 +63,9 @@ func TestTakeWaitsForALeaseDeletedDuringItsSurvey(t *testing.T) {
 	srv := s3test.NewFake(t)
 	ctx := context.Background()
 	direct := newRepo(t, srv, "")
-	if err := nodeid.Initialize(ctx, direct, 2, "boot", 2*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	lowered := nodeid.Lease{Writer: "outsider", Instance: nodeid.NodeInstance{ID: 0, Version: 1}, Nonce: "n0", Acquirable: true}
-	body, meta := lowered.Encode()
-	putRaw(t, srv, nodeid.LeaseKey(testPrefix, 0), string(body), meta)
-	peer := nodeid.Lease{TaskID: "peer", Instance: nodeid.NodeInstance{ID: 1, Version: 3},
-		Expires: time.Now().Add(time.Hour), Duration: 2 * time.Second, Nonce: "n1", Acquirable: true,
-		KnownVersions: nodeid.VersionMappings{0: 5, 1: 3}}
-	pbody, pmeta := peer.Encode()
-	putRaw(t, srv, nodeid.LeaseKey(testPrefix, 1), string(pbody), pmeta)
+	pbody, pmeta := lowerBelowAPeer(t, srv)
 
-	repo := &deleteDuringSurveyRepo{Repository: direct, srv: srv, body: string(pbody), meta: pmeta, t: t}
+	repo := &deleteDuringSurveyRepo{Repository: direct, srv: srv, body: pbody, meta: pmeta, t: t}
 	p := newProvider(t, repo, fastConfig(t, "taker", 2, newLossRecorder()))
 	inst := acquire(t, p, 10*time.Second)
 	if !repo.triggered.Load() {

@@ -3,7 +3,6 @@ package nodeid_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -30,19 +29,7 @@ func TestTakeAfterAFailedSurveyWaitsForEveryLease(t *testing.T) {
 	srv := s3test.NewFake(t)
 	ctx := context.Background()
 	direct := newRepo(t, srv, "")
-	if err := nodeid.Initialize(ctx, direct, 2, "boot", 2*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	// Node 0 released at v1 (an outside write lowered it); node 1 held by a
-	// live peer whose mappings record node 0 at v5.
-	lowered := nodeid.Lease{Writer: "outsider", Instance: nodeid.NodeInstance{ID: 0, Version: 1}, Nonce: "n0", Acquirable: true}
-	body, meta := lowered.Encode()
-	putRaw(t, srv, nodeid.LeaseKey(testPrefix, 0), string(body), meta)
-	peer := nodeid.Lease{TaskID: "peer", Instance: nodeid.NodeInstance{ID: 1, Version: 3},
-		Expires: time.Now().Add(time.Hour), Duration: 2 * time.Second, Nonce: "n1", Acquirable: true,
-		KnownVersions: nodeid.VersionMappings{0: 5, 1: 3}}
-	body, meta = peer.Encode()
-	putRaw(t, srv, nodeid.LeaseKey(testPrefix, 1), string(body), meta)
+	lowerBelowAPeer(t, srv)
 
 	// The taker's GETs of the peer's lease fail (503 SlowDown) while
 	// failing is set; every other request reaches the server.
@@ -97,20 +84,6 @@ func TestTakeAfterAFailedSurveyWaitsForEveryLease(t *testing.T) {
 	}
 }
 
-// unreadableRepo answers every GET of one node with "storage unavailable",
-// as a throttled or failing S3 would.
-type unreadableRepo struct {
-	nodeid.Repository
-	id int
-}
-
-func (r unreadableRepo) Get(ctx context.Context, id int) (nodeid.Record, error) {
-	if id == r.id {
-		return nodeid.Record{}, fmt.Errorf("get %d: %w", id, nodeid.ErrUnavailable)
-	}
-	return r.Repository.Get(ctx, id)
-}
-
 // ForceRelease surveys every lease the same way: released at a version
 // below one an unread lease records, the ID's next holder could repeat it.
 // It refuses and writes nothing.
@@ -125,9 +98,11 @@ func TestForceReleaseRefusesWhenALeaseCannotBeRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = nodeid.ForceRelease(ctx, unreadableRepo{Repository: direct, id: 1}, 0, 0, "operator")
-	if !errors.Is(err, nodeid.ErrUnavailable) {
-		t.Fatalf("ForceRelease with node 1 unreadable: %v, want ErrUnavailable", err)
+	var blocked atomic.Bool
+	blocked.Store(true)
+	_, err = nodeid.ForceRelease(ctx, unreadableWhileRepo{Repository: direct, id: 1, blocked: &blocked}, 0, 0, "operator")
+	if !errors.Is(err, nodeid.ErrAccessDenied) {
+		t.Fatalf("ForceRelease with node 1 unreadable: %v, want ErrAccessDenied", err)
 	}
 	if after, err := direct.Get(ctx, 0); err != nil || after.ETag != before.ETag {
 		t.Fatalf("node 0 changed by a refused ForceRelease: %+v, %v", after, err)
@@ -135,4 +110,25 @@ func TestForceReleaseRefusesWhenALeaseCannotBeRead(t *testing.T) {
 	if _, err := nodeid.ForceRelease(ctx, direct, 0, 0, "operator"); err != nil {
 		t.Fatalf("ForceRelease once every lease reads: %v", err)
 	}
+}
+
+// lowerBelowAPeer bootstraps two node IDs on srv, then lowers node 0 to a
+// release at v1 (an outside write), while node 1 is held by a live peer
+// whose mappings record node 0 at v5. It returns the peer's body and
+// metadata, for a test that writes them back.
+func lowerBelowAPeer(t *testing.T, srv *s3test.Server) (string, map[string]string) {
+	t.Helper()
+	direct := newRepo(t, srv, "")
+	if err := nodeid.Initialize(context.Background(), direct, 2, "boot", 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	lowered := nodeid.Lease{Writer: "outsider", Instance: nodeid.NodeInstance{ID: 0, Version: 1}, Nonce: "n0", Acquirable: true}
+	body, meta := lowered.Encode()
+	putRaw(t, srv, nodeid.LeaseKey(testPrefix, 0), string(body), meta)
+	peer := nodeid.Lease{TaskID: "peer", Instance: nodeid.NodeInstance{ID: 1, Version: 3},
+		Expires: time.Now().Add(time.Hour), Duration: 2 * time.Second, Nonce: "n1", Acquirable: true,
+		KnownVersions: nodeid.VersionMappings{0: 5, 1: 3}}
+	body, meta = peer.Encode()
+	putRaw(t, srv, nodeid.LeaseKey(testPrefix, 1), string(body), meta)
+	return string(body), meta
 }
