@@ -19,21 +19,7 @@ import (
 // copy runs out of space; with v2's partial copy left in place, v3 would
 // run out too after the filler is removed.
 func TestENOSPCLeavesNoPartialCopy(t *testing.T) {
-	if os.Getuid() != 0 {
-		t.Skip("needs root to mount a tmpfs")
-	}
-	mnt := t.TempDir()
-	if err := syscall.Mount("tmpfs", mnt, "tmpfs", 0, "size=4m"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("mount tmpfs: %v", err)
-		}
-		t.Skipf("mounting a tmpfs is not permitted here (%v): the ENOSPC schedule is not tested", err)
-	}
-	t.Cleanup(func() { syscall.Unmount(mnt, syscall.MNT_DETACH) })
-	root := filepath.Join(mnt, "root")
-	if err := os.Mkdir(root, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	mnt, root := smallTmpfsRoot(t)
 	big := string(bytes.Repeat([]byte("x"), 900<<10))
 	makeVersion(t, root, 0, 1, map[string]string{"a": big, "b": big}, 1)
 	filler := filepath.Join(mnt, "filler")
@@ -63,21 +49,7 @@ func TestENOSPCLeavesNoPartialCopy(t *testing.T) {
 // not remove (a crash mid-copy) is removed before the copy, not only by GC
 // after it: on a full disk the copy would otherwise fail for ever.
 func TestLeftoverBelowIsRemovedBeforeTheCopy(t *testing.T) {
-	if os.Getuid() != 0 {
-		t.Skip("needs root to mount a tmpfs")
-	}
-	mnt := t.TempDir()
-	if err := syscall.Mount("tmpfs", mnt, "tmpfs", 0, "size=4m"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("mount tmpfs: %v", err)
-		}
-		t.Skipf("mounting a tmpfs is not permitted here (%v): the ENOSPC schedule is not tested", err)
-	}
-	t.Cleanup(func() { syscall.Unmount(mnt, syscall.MNT_DETACH) })
-	root := filepath.Join(mnt, "root")
-	if err := os.Mkdir(root, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	_, root := smallTmpfsRoot(t)
 	big := string(bytes.Repeat([]byte("x"), 900<<10))
 	makeVersion(t, root, 0, 1, map[string]string{"a": big, "b": big}, 1)
 	// A crashed v2: 1.2 MB copied, its in-progress file, no marker.
@@ -119,4 +91,27 @@ func TestUnreadableSourceLeavesNoPileOfCopies(t *testing.T) {
 			t.Fatalf("after attempt %d: %v, want [v1]", v+1, got)
 		}
 	}
+}
+
+// smallTmpfsRoot mounts a 4 MiB tmpfs (unmounted at cleanup) and returns
+// it and a data root in it: a disk that fills up. It needs root; under
+// CI=true a refused mount fails the test instead of skipping it.
+func smallTmpfsRoot(t *testing.T) (mnt, root string) {
+	t.Helper()
+	if os.Getuid() != 0 {
+		t.Skip("needs root to mount a tmpfs")
+	}
+	mnt = t.TempDir()
+	if err := syscall.Mount("tmpfs", mnt, "tmpfs", 0, "size=4m"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("mount tmpfs: %v", err)
+		}
+		t.Skipf("mounting a tmpfs is not permitted here (%v): the ENOSPC schedule is not tested", err)
+	}
+	t.Cleanup(func() { syscall.Unmount(mnt, syscall.MNT_DETACH) })
+	root = filepath.Join(mnt, "root")
+	if err := os.Mkdir(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return mnt, root
 }

@@ -125,19 +125,7 @@ func TestRev18SparseFileWithPreallocationIsCopiedDense(t *testing.T) {
 	root := t.TempDir()
 	src := makeVersion(t, root, 0, 1, nil, 1)
 	p := filepath.Join(src, "sparse")
-	f, err := os.Create(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	data := bytes.Repeat([]byte("d"), 4096)
-	for _, off := range []int64{0, 8 << 20} {
-		if _, err := f.WriteAt(data, off); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := f.Truncate(16 << 20); err != nil {
-		t.Fatal(err)
-	}
+	f := createSparse(t, p)
 	// Preallocated, past the end: the size stays 16 MiB.
 	if err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_KEEP_SIZE, 16<<20, 16<<20); err != nil {
 		t.Skipf("fallocate KEEP_SIZE: %v", err)

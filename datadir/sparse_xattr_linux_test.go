@@ -17,19 +17,7 @@ func TestSparseFilesStaySparse(t *testing.T) {
 	root := t.TempDir()
 	src := makeVersion(t, root, 0, 1, nil, 1)
 	p := filepath.Join(src, "sparse")
-	f, err := os.Create(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	data := bytes.Repeat([]byte("d"), 4096)
-	for _, off := range []int64{0, 8 << 20} {
-		if _, err := f.WriteAt(data, off); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := f.Truncate(16 << 20); err != nil {
-		t.Fatal(err)
-	}
+	f := createSparse(t, p)
 	f.Close()
 	var sst syscall.Stat_t
 	if err := syscall.Stat(p, &sst); err != nil {
@@ -71,4 +59,24 @@ func TestUserXattrsAreCopied(t *testing.T) {
 	if err != nil || string(buf[:n]) != "value" {
 		t.Errorf("user.nodeid.test on the copy = %q, %v; want \"value\"", buf[:max(n, 0)], err)
 	}
+}
+
+// createSparse creates path as a 16 MiB file holding 4 KiB of data at 0
+// and at 8 MiB, holes elsewhere, and returns it open.
+func createSparse(t *testing.T, path string) *os.File {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := bytes.Repeat([]byte("d"), 4096)
+	for _, off := range []int64{0, 8 << 20} {
+		if _, err := f.WriteAt(data, off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Truncate(16 << 20); err != nil {
+		t.Fatal(err)
+	}
+	return f
 }
