@@ -13,7 +13,7 @@ import (
 )
 
 func held(d time.Duration) leasefile.Lease {
-	return leasefile.Lease{State: leasefile.StateHeld, NodeID: 1, Version: 4, TaskID: "t",
+	return leasefile.Lease{State: leasefile.StateHeld, NodeID: 1, Version: 4, TaskID: "t", BootID: leasefile.BootID(),
 		ValidUntilBoottimeNs: int64(clock.SystemBoottime() + d)}
 }
 

@@ -50,8 +50,8 @@ type Lease struct {
 	ValidUntilBoottimeNs int64 `json:"validUntilBoottimeNs"`
 	// BootID is the writer's /proc/sys/kernel/random/boot_id: a deadline on
 	// CLOCK_BOOTTIME means nothing after a reboot (the clock restarts at
-	// 0), so a file of another boot is never valid. Empty in files of
-	// older writers (then not compared) and where the writer cannot read it.
+	// 0), so a file of another boot is never valid. Empty in files of older writers: then never valid where this host's
+	// boot ID can be read.
 	BootID string `json:"bootId,omitempty"`
 }
 
@@ -67,9 +67,11 @@ var bootID = sync.OnceValue(func() string {
 })
 
 // ThisBoot reports whether the file was written since this host's last
-// boot, as far as can be told: a file without a boot ID is taken to be.
+// boot. A file without a boot ID (an older writer's) may be from before a
+// reboot, when its CLOCK_BOOTTIME deadline means nothing: it is taken to be
+// of this boot only where this host's boot ID cannot be read either.
 func (l Lease) ThisBoot() bool {
-	return l.BootID == "" || l.BootID == bootID()
+	return l.BootID == bootID()
 }
 
 // Valid reports whether the lease is held, was written during this boot and
