@@ -203,22 +203,28 @@ func (c *cluster) repo() *nodeid.S3Repository {
 
 func processAlive(pid int) bool { return syscall.Kill(pid, 0) == nil }
 
-// childPID finds the pid of the child from the supervisor's log line.
+// childPID finds the pid of the child from the supervisor's log line. The
+// child can report before the supervisor has logged that line (it runs as
+// soon as it is started), so it waits for the line.
 func childPID(t *testing.T, tk *task) int {
 	t.Helper()
-	sc := bufio.NewScanner(strings.NewReader(tk.out.String()))
-	for sc.Scan() {
-		line := sc.Text()
-		if i := strings.Index(line, "msg=\"command started\""); i >= 0 {
-			var pid int
+	var pid int
+	waitFor(t, 10*time.Second, "the \"command started\" line of "+tk.name, func() bool {
+		sc := bufio.NewScanner(strings.NewReader(tk.out.String()))
+		for sc.Scan() {
+			line := sc.Text()
+			if !strings.Contains(line, "msg=\"command started\"") {
+				continue
+			}
 			if j := strings.Index(line, " pid="); j >= 0 {
-				fmt.Sscanf(line[j+5:], "%d", &pid)
-				return pid
+				if _, err := fmt.Sscanf(line[j+5:], "%d", &pid); err == nil && pid > 0 {
+					return true
+				}
 			}
 		}
-	}
-	t.Fatalf("no child pid in the output of %s", tk.name)
-	return 0
+		return false
+	})
+	return pid
 }
 
 func TestThreeTasksThenKill9AndAWaiterTakesOver(t *testing.T) {
