@@ -21,7 +21,7 @@ import (
 
 	"github.com/nodeid/nodeid/chaos/checker"
 	"github.com/nodeid/nodeid/clock"
-	"github.com/nodeid/nodeid/faultproxy"
+	"github.com/nodeid/nodeid/internal/faultproxy"
 	"github.com/nodeid/nodeid/leasefile"
 	"github.com/nodeid/nodeid/nodeid"
 )

@@ -16,7 +16,7 @@ import (
 	"github.com/nodeid/nodeid/chaos/checker"
 	"github.com/nodeid/nodeid/clock"
 	"github.com/nodeid/nodeid/datadir"
-	"github.com/nodeid/nodeid/faultproxy"
+	"github.com/nodeid/nodeid/internal/faultproxy"
 )
 
 var registry = []*Experiment{

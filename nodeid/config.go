@@ -106,8 +106,8 @@ type Config struct {
 	Rand   *rand.Rand // jitter, start offsets and nonces; default seeded randomly
 }
 
-// withDefaults returns c with zero values replaced by defaults.
-func (c Config) withDefaults() Config {
+// WithDefaults returns c with zero values replaced by defaults.
+func (c Config) WithDefaults() Config {
 	if c.LeaseDuration == 0 {
 		c.LeaseDuration = DefaultLeaseDuration
 	}
@@ -158,11 +158,17 @@ func minSafetyMargin(L time.Duration) time.Duration {
 // Validate checks the configuration after defaults are applied. Every error
 // wraps ErrInvalidConfig and names the setting.
 func (c Config) Validate() error {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
-	}
 	if err := ValidateTaskID(c.TaskID); err != nil {
 		return err
+	}
+	return c.ValidateExceptTaskID()
+}
+
+// ValidateExceptTaskID is Validate without the task ID, for a command that
+// checks its settings before it has resolved which task it runs as.
+func (c Config) ValidateExceptTaskID() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
 	}
 	if c.ClusterSize < 1 {
 		return bad("cluster size %d: must be >= 1", c.ClusterSize)

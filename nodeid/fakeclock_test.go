@@ -8,7 +8,8 @@ import (
 	"time"
 
 	"github.com/nodeid/nodeid/clock"
-	"github.com/nodeid/nodeid/faultproxy"
+	"github.com/nodeid/nodeid/clock/clocktest"
+	"github.com/nodeid/nodeid/internal/faultproxy"
 	"github.com/nodeid/nodeid/internal/s3test"
 	"github.com/nodeid/nodeid/nodeid"
 )
@@ -43,7 +44,7 @@ func acquireAsync(p *nodeid.Provider) <-chan acquireResult {
 
 // expectWaiting asserts that the candidate is waiting on its clock (it has
 // armed its poll timer) and has not acquired.
-func expectWaiting(t *testing.T, clk *clock.Fake, res <-chan acquireResult, what string) {
+func expectWaiting(t *testing.T, clk *clocktest.Fake, res <-chan acquireResult, what string) {
 	t.Helper()
 	if !clk.WaitForTimers(1, 5*time.Second) {
 		t.Fatalf("%s: candidate never waited", what)
@@ -56,12 +57,12 @@ func expectWaiting(t *testing.T, clk *clock.Fake, res <-chan acquireResult, what
 }
 
 func TestServerClockRuleTakesOverAtLeasePlusOneSecond(t *testing.T) {
-	server := clock.NewFake(epoch)
+	server := clocktest.NewFake(epoch)
 	srv := s3test.NewFake(t, s3test.WithServerClock(server.Now))
 	repo := newRepo(t, srv, "")
 	writeDeadLease(t, repo, 0, 1) // Duration 2s, Last-Modified = epoch
 
-	cand := clock.NewFake(epoch.Add(-time.Hour)) // its wall clock is irrelevant
+	cand := clocktest.NewFake(epoch.Add(-time.Hour)) // its wall clock is irrelevant
 	p := newProvider(t, repo, fakeClockConfig(t, "candidate", cand))
 
 	server.Advance(2 * time.Second) // Date - Last-Modified = L: not yet
@@ -81,12 +82,12 @@ func TestServerClockRuleTakesOverAtLeasePlusOneSecond(t *testing.T) {
 }
 
 func TestLocalObservationRuleTakesOverAfterALeaseOfUnchangedETag(t *testing.T) {
-	server := clock.NewFake(epoch) // frozen: rule 1 never fires
+	server := clocktest.NewFake(epoch) // frozen: rule 1 never fires
 	srv := s3test.NewFake(t, s3test.WithServerClock(server.Now))
 	repo := newRepo(t, srv, "")
 	writeDeadLease(t, repo, 0, 1)
 
-	cand := clock.NewFake(epoch)
+	cand := clocktest.NewFake(epoch)
 	p := newProvider(t, repo, fakeClockConfig(t, "candidate", cand))
 	res := acquireAsync(p)
 	poll := p.Config().PollInterval
@@ -113,7 +114,7 @@ func TestWatchdogFencesWhileARenewalHangs(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { proxy.Close() })
-	holderClock := clock.NewFake(epoch)
+	holderClock := clocktest.NewFake(epoch)
 	lost := newLossRecorder()
 	cfg := fakeClockConfig(t, "holder", holderClock)
 	// L, R and m count on the fake clock; the request timeout is a real

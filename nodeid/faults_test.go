@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/nodeid/nodeid/clock"
-	"github.com/nodeid/nodeid/faultproxy"
+	"github.com/nodeid/nodeid/internal/faultproxy"
 	"github.com/nodeid/nodeid/internal/s3test"
 	"github.com/nodeid/nodeid/nodeid"
 )

@@ -107,7 +107,7 @@ func NewProvider(repo Repository, cfg Config) (*Provider, error) {
 	if repo == nil {
 		return nil, fmt.Errorf("%w: no repository", ErrInvalidConfig)
 	}
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

@@ -5,27 +5,18 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+
+	"github.com/nodeid/nodeid/node"
 )
 
-// Version counts the acquisitions of one node ID. Every acquisition writes
-// previous+1, so a version is never handed out twice: it is the fencing
-// token that data directories (node-N/vK) and side effects are stamped with.
-type Version int64
+// Version is a node ID's fencing token (see package node).
+type Version = node.Version
 
-// MaxVersion is the largest version accepted: 2^53 - 1, exact in every JSON
-// parser (a Java long, a JavaScript number), and far enough from the int64
-// limit that version + 1 cannot wrap. A lease or mapping naming a larger one
-// is corrupt.
-const MaxVersion Version = 1<<53 - 1
+// MaxVersion is the largest version accepted (see package node).
+const MaxVersion = node.MaxVersion
 
-// NodeInstance is one tenure of a node ID: the ID and the version under which
-// a task holds it.
-type NodeInstance struct {
-	ID      int     `json:"id"`
-	Version Version `json:"version"`
-}
-
-func (n NodeInstance) String() string { return fmt.Sprintf("node %d v%d", n.ID, n.Version) }
+// NodeInstance is one tenure of a node ID (see package node).
+type NodeInstance = node.Instance
 
 // VersionMappings is what a task knows of every node's current version. Each
 // holder publishes its mappings in its lease, so a newcomer can tell when all

@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodeid/nodeid/faultproxy"
+	"github.com/nodeid/nodeid/internal/faultproxy"
 	"github.com/nodeid/nodeid/internal/s3test"
 	"github.com/nodeid/nodeid/nodeid"
 )

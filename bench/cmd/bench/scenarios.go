@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nodeid/nodeid/faultproxy"
+	"github.com/nodeid/nodeid/internal/faultproxy"
 	"github.com/nodeid/nodeid/nodeid"
 )
 

@@ -1,9 +1,14 @@
-package clock
+// Package clocktest is a manually advanced clock.Clock for deterministic
+// tests. It lives apart from package clock so that no production binary
+// links it.
+package clocktest
 
 import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/nodeid/nodeid/clock"
 )
 
 // Fake is a manually advanced clock for deterministic tests. Timers fire
@@ -28,7 +33,7 @@ func (f *Fake) Now() time.Time {
 }
 
 // NewTimer returns a timer driven by Advance.
-func (f *Fake) NewTimer(d time.Duration) Timer {
+func (f *Fake) NewTimer(d time.Duration) clock.Timer {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	t := &fakeTimer{f: f, c: make(chan time.Time, 1)}

@@ -1,15 +1,16 @@
-package clock_test
+package clocktest_test
 
 import (
 	"testing"
 	"time"
 
 	"github.com/nodeid/nodeid/clock"
+	"github.com/nodeid/nodeid/clock/clocktest"
 )
 
 func TestFakeTimersFireInOrderOnAdvance(t *testing.T) {
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	f := clock.NewFake(start)
+	f := clocktest.NewFake(start)
 	a := f.NewTimer(2 * time.Second)
 	b := f.NewTimer(time.Second)
 	f.Advance(999 * time.Millisecond)
@@ -43,7 +44,7 @@ func TestFakeTimersFireInOrderOnAdvance(t *testing.T) {
 }
 
 func TestWaitForTimers(t *testing.T) {
-	f := clock.NewFake(time.Unix(0, 0))
+	f := clocktest.NewFake(time.Unix(0, 0))
 	if f.WaitForTimers(1, 20*time.Millisecond) {
 		t.Fatal("reported a timer that does not exist")
 	}
@@ -57,7 +58,7 @@ func TestWaitForTimers(t *testing.T) {
 }
 
 func TestOffsetShiftsWallClockNotDurations(t *testing.T) {
-	f := clock.NewFake(time.Unix(1000, 0))
+	f := clocktest.NewFake(time.Unix(1000, 0))
 	o := clock.WithOffset(f, time.Hour)
 	t0 := o.Now()
 	if !t0.Equal(time.Unix(1000, 0).Add(time.Hour)) {
