@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/nodeid/nodeid/internal/poll"
 )
 
 func runRollingDeploy(ctx context.Context, c *Cluster, r *Result) error {
@@ -75,7 +77,7 @@ func startStorm(ctx context.Context, c *Cluster, r *Result, env ...string) error
 		return err
 	}
 	var exited []*Task
-	err := waitFor(ctx, 60*time.Second, fmt.Sprintf("%d holders", c.Size), func() bool {
+	err := poll.Until(ctx, 60*time.Second, pollEvery, fmt.Sprintf("%d holders", c.Size), func() bool {
 		exited = exited[:0]
 		for _, t := range c.Tasks() {
 			if !t.Running() {

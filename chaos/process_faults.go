@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nodeid/nodeid/chaos/checker"
+	"github.com/nodeid/nodeid/internal/poll"
 )
 
 func runKill9(ctx context.Context, c *Cluster, r *Result) error {
@@ -28,7 +29,7 @@ func runKill9(ctx context.Context, c *Cluster, r *Result) error {
 	if _, ok := old.Wait(5 * time.Second); !ok {
 		return fmt.Errorf("%s survived SIGKILL", old.Name)
 	}
-	if err := waitFor(ctx, 2*time.Second, "the orphaned broker to die (Pdeathsig)", func() bool { return !alive(id.PID) }); err != nil {
+	if err := poll.Until(ctx, 2*time.Second, pollEvery, "the orphaned broker to die (Pdeathsig)", func() bool { return !alive(id.PID) }); err != nil {
 		return err
 	}
 	r.Detect = 0

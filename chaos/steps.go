@@ -18,6 +18,7 @@ import (
 	"github.com/nodeid/nodeid/chaos/checker"
 	"github.com/nodeid/nodeid/clock"
 	"github.com/nodeid/nodeid/datadir"
+	"github.com/nodeid/nodeid/internal/poll"
 )
 
 func mono() time.Duration { return clock.SystemBoottime() }
@@ -75,7 +76,7 @@ func expectLoss(ctx context.Context, t *Task, timeout time.Duration) (time.Durat
 	}
 	_, at, _ := t.Exit()
 	id, _ := t.Identity()
-	if err := waitFor(ctx, 2*time.Second, "the broker of "+t.Name+" to die", func() bool { return !alive(id.PID) }); err != nil {
+	if err := poll.Until(ctx, 2*time.Second, pollEvery, "the broker of "+t.Name+" to die", func() bool { return !alive(id.PID) }); err != nil {
 		return 0, err
 	}
 	return at, nil
@@ -90,7 +91,7 @@ func alive(pid int) bool {
 func expectReplacement(ctx context.Context, c *Cluster, r *Result, old *Task, node int, v int64, t0 time.Duration, graceful bool, timeout time.Duration) (*Task, error) {
 	var first checker.Event
 	var who *Task
-	err := waitFor(ctx, timeout, fmt.Sprintf("a replacement for node %d", node), func() bool {
+	err := poll.Until(ctx, timeout, pollEvery, fmt.Sprintf("a replacement for node %d", node), func() bool {
 		var ok bool
 		first, who, ok = c.FirstWrite(node, v)
 		return ok
