@@ -12,14 +12,10 @@ import (
 
 func runBlackhole(ctx context.Context, c *Cluster, r *Result) error {
 	const node = 1
-	old, v, err := setupVictim(ctx, c, node)
+	old, v, t0, err := renewedVictim(ctx, c, node)
 	if err != nil {
 		return err
 	}
-	if err := old.AfterRenewal(ctx, 2*c.Timing.Lease); err != nil {
-		return err
-	}
-	t0 := mono()
 	old.Proxy.Set(faultproxy.Fault{Blackhole: true})
 	at, err := expectLoss(ctx, old, 2*c.Timing.Lease)
 	if err != nil {

@@ -14,15 +14,11 @@ import (
 
 func runKill9(ctx context.Context, c *Cluster, r *Result) error {
 	const node = 1
-	old, v, err := setupVictim(ctx, c, node)
+	old, v, t0, err := renewedVictim(ctx, c, node)
 	if err != nil {
 		return err
 	}
 	id, _ := old.Identity()
-	if err := old.AfterRenewal(ctx, 2*c.Timing.Lease); err != nil {
-		return err
-	}
-	t0 := mono()
 	if err := old.Signal(syscall.SIGKILL); err != nil {
 		return err
 	}
@@ -42,14 +38,10 @@ func runKill9(ctx context.Context, c *Cluster, r *Result) error {
 
 func runPause(ctx context.Context, c *Cluster, r *Result) error {
 	const node = 0
-	old, v, err := setupVictim(ctx, c, node)
+	old, v, t0, err := renewedVictim(ctx, c, node)
 	if err != nil {
 		return err
 	}
-	if err := old.AfterRenewal(ctx, 2*c.Timing.Lease); err != nil {
-		return err
-	}
-	t0 := mono()
 	if err := old.SignalAll(syscall.SIGSTOP); err != nil {
 		return err
 	}

@@ -59,6 +59,20 @@ func setupVictim(ctx context.Context, c *Cluster, node int) (*Task, int64, error
 	return victim(holders, node)
 }
 
+// renewedVictim is setupVictim, then waits for the victim's next renewal
+// (Task.AfterRenewal): a fault injected at the returned t0 hits the holder
+// at the worst moment of its renewal cycle.
+func renewedVictim(ctx context.Context, c *Cluster, node int) (old *Task, v int64, t0 time.Duration, err error) {
+	old, v, err = setupVictim(ctx, c, node)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	if err := old.AfterRenewal(ctx, 2*c.Timing.Lease); err != nil {
+		return nil, 0, 0, err
+	}
+	return old, v, mono(), nil
+}
+
 // expectLoss waits for the supervisor to exit with code 3 and its broker to
 // be gone, and returns when it exited.
 func expectLoss(ctx context.Context, t *Task, timeout time.Duration) (time.Duration, error) {
