@@ -154,6 +154,16 @@ func (p *proc) wait(timeout time.Duration) (int, time.Time, error) {
 	}
 }
 
+// waitLoss waits for the holder p to log "lease lost" at or after since,
+// then to exit, and returns that line, its exit code and when it exited.
+func (p *proc) waitLoss(since time.Time) (lost logLine, code int, exited time.Time, err error) {
+	if lost, err = p.waitLog("lease lost", since, 60*time.Second); err != nil {
+		return logLine{}, 0, time.Time{}, err
+	}
+	code, exited, err = p.wait(30 * time.Second)
+	return lost, code, exited, err
+}
+
 // stop ends the process, politely first; used for cleanup.
 func (p *proc) stop() {
 	if p.isExited() {
