@@ -2,7 +2,11 @@
 SHELL := /bin/bash
 GO ?= go
 GOBIN := $(shell $(GO) env GOPATH)/bin
-VERSITYGW_VERSION := v1.8.0
+# The VersityGW release the tests run against, written once: internal/versitygw's Version
+VERSITYGW_VERSION := $(shell sed -n 's/^const Version = "\(.*\)"$$/\1/p' internal/versitygw/versitygw.go)
+ifeq ($(VERSITYGW_VERSION),)
+$(error no line const Version = "..." in internal/versitygw/versitygw.go)
+endif
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Stamped into nodeid-init by scripts/build.sh (which holds the build flags);
 # computed once per make run, e.g. make release VERSION=v1.2.3

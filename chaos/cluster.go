@@ -22,6 +22,7 @@ import (
 	"github.com/nodeid/nodeid/chaos/checker"
 	"github.com/nodeid/nodeid/clock"
 	"github.com/nodeid/nodeid/internal/faultproxy"
+	"github.com/nodeid/nodeid/internal/poll"
 	"github.com/nodeid/nodeid/leasefile"
 	"github.com/nodeid/nodeid/nodeid"
 )
@@ -286,10 +287,10 @@ func (t *Task) AfterRenewal(ctx context.Context, timeout time.Duration) error {
 	if err != nil {
 		return err
 	}
-	return waitFor(ctx, timeout, "a renewal by "+t.Name, func() bool {
+	return poll.Until(ctx, timeout, time.Millisecond, "a renewal by "+t.Name, func() bool {
 		n, err := t.LeaseFile()
 		return err == nil && n.ValidUntilBoottimeNs != l.ValidUntilBoottimeNs
-	}, time.Millisecond)
+	})
 }
 
 // Signal sends sig to the supervisor only.
@@ -324,32 +325,14 @@ func (t *Task) Wait(timeout time.Duration) (int, bool) {
 	}
 }
 
-// waitFor polls cond every 20 ms (or every every[0]) until it holds or
-// timeout passes.
-func waitFor(ctx context.Context, timeout time.Duration, what string, cond func() bool, every ...time.Duration) error {
-	poll := 20 * time.Millisecond
-	if len(every) > 0 {
-		poll = every[0]
-	}
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("timed out after %v waiting for %s", timeout, what)
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
-		case <-time.After(poll):
-		}
-	}
-	return nil
-}
+// pollEvery is how often the harness checks what it waits for.
+const pollEvery = 20 * time.Millisecond
 
 // WaitHolders waits until n tasks' brokers are writing and returns them by
 // node ID.
 func (c *Cluster) WaitHolders(ctx context.Context, n int, timeout time.Duration) (map[int]*Task, error) {
 	var holders map[int]*Task
-	err := waitFor(ctx, timeout, fmt.Sprintf("%d holders", n), func() bool {
+	err := poll.Until(ctx, timeout, pollEvery, fmt.Sprintf("%d holders", n), func() bool {
 		holders = c.Holders()
 		return len(holders) >= n
 	})

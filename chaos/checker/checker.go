@@ -130,20 +130,11 @@ func ReadEvents(dir string) ([]Event, error) {
 	}
 	var events []Event
 	for _, p := range paths {
-		lines, err := readLines(p)
+		evs, err := readJSONLines[Event](p, "event log")
 		if err != nil {
 			return nil, err
 		}
-		for i, line := range lines {
-			var e Event
-			if err := json.Unmarshal(line, &e); err != nil {
-				if i == len(lines)-1 {
-					break
-				}
-				return nil, fmt.Errorf("event log %s line %d: %w", p, i+1, err)
-			}
-			events = append(events, e)
-		}
+		events = append(events, evs...)
 	}
 	return events, nil
 }
@@ -184,7 +175,7 @@ func ReadData(root string) (Data, error) {
 					continue
 				}
 				fv, _ := strconv.ParseInt(fm[1], 10, 64)
-				recs, err := readRecords(filepath.Join(dir, f.Name()))
+				recs, err := readJSONLines[Record](filepath.Join(dir, f.Name()), "data file")
 				if err != nil {
 					return data, err
 				}
@@ -203,23 +194,26 @@ func ReadData(root string) (Data, error) {
 	return data, nil
 }
 
-func readRecords(path string) ([]Record, error) {
+// readJSONLines decodes each line of the file at path as a T. Only a torn
+// last line is dropped; any other malformed line is an error naming what
+// the file is.
+func readJSONLines[T any](path, what string) ([]T, error) {
 	lines, err := readLines(path)
 	if err != nil {
 		return nil, err
 	}
-	var recs []Record
+	var out []T
 	for i, line := range lines {
-		var r Record
-		if err := json.Unmarshal(line, &r); err != nil {
+		var v T
+		if err := json.Unmarshal(line, &v); err != nil {
 			if i == len(lines)-1 {
 				break
 			}
-			return nil, fmt.Errorf("data file %s line %d: %w", path, i+1, err)
+			return nil, fmt.Errorf("%s %s line %d: %w", what, path, i+1, err)
 		}
-		recs = append(recs, r)
+		out = append(out, v)
 	}
-	return recs, nil
+	return out, nil
 }
 
 func readLines(path string) ([][]byte, error) {

@@ -30,6 +30,7 @@ import (
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
+	"github.com/nodeid/nodeid/internal/poll"
 	"github.com/nodeid/nodeid/leasefile"
 	"github.com/nodeid/nodeid/nodeid"
 )
@@ -186,7 +187,7 @@ func demo(bin string, keep bool) error {
 		}
 		tasks = append(tasks, tk)
 		if name == "task-c" {
-			if err := waitUntil(ctx, func() bool { return countHeld(ctx, repo) == clusterSize }); err != nil {
+			if err := poll.Until(ctx, 0, 100*time.Millisecond, "every ID held", func() bool { return countHeld(ctx, repo) == clusterSize }); err != nil {
 				return errors.New("the three tasks did not acquire their IDs")
 			}
 		}
@@ -212,7 +213,7 @@ func demo(bin string, keep bool) error {
 	}
 	tl.add("chaos", fmt.Sprintf("lease of node %d overwritten by \"abc\"", victimID))
 	newVersion := oldVersion + 1
-	if err := waitUntil(ctx, func() bool {
+	if err := poll.Until(ctx, 0, 100*time.Millisecond, fmt.Sprintf("node %d v%d held by the spare", victimID, newVersion), func() bool {
 		r, err := repo.Get(ctx, victimID)
 		return err == nil && r.Lease.Instance.Version == newVersion && r.Lease.TaskID == "spare"
 	}); err != nil {
@@ -402,17 +403,6 @@ func countHeld(ctx context.Context, repo nodeid.Repository) int {
 		}
 	}
 	return n
-}
-
-func waitUntil(ctx context.Context, cond func() bool) error {
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-	return nil
 }
 
 // overwrite plays the chaos script: an unconditional PUT of another task's

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io"
 	"sync"
 	"testing"
 	"time"
@@ -72,15 +71,7 @@ func get(t *testing.T, c *s3.Client, bucket string, id int) Stored {
 // raw returns the body and metadata of key.
 func raw(t *testing.T, c *s3.Client, bucket, key string) ([]byte, map[string]string) {
 	t.Helper()
-	out, err := c.GetObject(ctx(t), &s3.GetObjectInput{Bucket: &bucket, Key: aws.String(key)})
-	if err != nil {
-		t.Fatalf("get %s: %v", key, err)
-	}
-	defer out.Body.Close()
-	b, err := io.ReadAll(out.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, out := s3test.GetObject(ctx(t), t, c, bucket, key)
 	return b, out.Metadata
 }
 

@@ -19,6 +19,7 @@ import (
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/nodeid/nodeid/internal/faultproxy"
+	"github.com/nodeid/nodeid/internal/poll"
 	"github.com/nodeid/nodeid/internal/s3test"
 )
 
@@ -222,7 +223,9 @@ func TestBlackhole(t *testing.T) {
 		resp, _, err := do(t, "PUT", p.URL+"/k", "late", 10*time.Second)
 		done <- result{resp, err}
 	}()
-	waitFor(t, func() bool { return p.Stats().Blackholed == 2 })
+	if err := poll.Until(t.Context(), 5*time.Second, 5*time.Millisecond, "two held requests", func() bool { return p.Stats().Blackholed == 2 }); err != nil {
+		t.Fatal(err)
+	}
 	select {
 	case <-done:
 		t.Fatal("blackholed request was answered")
@@ -257,7 +260,9 @@ func TestBlackholeClose(t *testing.T) {
 			errc <- err
 		}()
 	}
-	waitFor(t, func() bool { return p.Stats().Blackholed == 3 })
+	if err := poll.Until(t.Context(), 5*time.Second, 5*time.Millisecond, "three held requests", func() bool { return p.Stats().Blackholed == 3 }); err != nil {
+		t.Fatal(err)
+	}
 	p.Close()
 	for range 3 {
 		// Failed by Close, not by the client giving up.
@@ -267,7 +272,9 @@ func TestBlackholeClose(t *testing.T) {
 	}
 	p.Close() // idempotent
 	b.CloseClientConnections()
-	waitFor(t, func() bool { return runtime.NumGoroutine() <= before })
+	if err := poll.Until(t.Context(), 5*time.Second, 5*time.Millisecond, "the proxy's goroutines to end", func() bool { return runtime.NumGoroutine() <= before }); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestLatency(t *testing.T) {
@@ -481,17 +488,6 @@ func getObject(t *testing.T, c *s3.Client, bucket, key string) string {
 func isTimeout(err error) bool {
 	var te interface{ Timeout() bool }
 	return errors.As(err, &te) && te.Timeout()
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached within 5s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // TestDropNextSDKRetry records what the lease protocol must expect: the

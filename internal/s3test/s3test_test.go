@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -400,15 +399,7 @@ func TestBucketName(t *testing.T) {
 
 func get(t *testing.T, c *s3.Client, bucket, key string) string {
 	t.Helper()
-	out, err := c.GetObject(ctx(t), &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
-	if err != nil {
-		t.Fatalf("get %s: %v", key, err)
-	}
-	defer out.Body.Close()
-	b, err := io.ReadAll(out.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, _ := GetObject(ctx(t), t, c, bucket, key)
 	return string(b)
 }
 

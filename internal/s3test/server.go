@@ -34,6 +34,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -100,6 +101,22 @@ func WithEndpoint(url string) func(*s3.Options) {
 // attempt, so tests observe injected faults directly.
 func WithoutRetries() func(*s3.Options) {
 	return func(o *s3.Options) { o.RetryMaxAttempts = 1 }
+}
+
+// GetObject reads key whole and returns its body and the rest of the answer
+// (metadata, ETag), failing the test when it cannot.
+func GetObject(ctx context.Context, t testing.TB, c *s3.Client, bucket, key string) ([]byte, *s3.GetObjectOutput) {
+	t.Helper()
+	out, err := c.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
+	if err != nil {
+		t.Fatalf("get %s: %v", key, err)
+	}
+	defer out.Body.Close()
+	b, err := io.ReadAll(out.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, out
 }
 
 // bucketSeq makes bucket names unique within the test binary, which matters

@@ -24,7 +24,8 @@ import (
 	"github.com/nodeid/nodeid/nodeid"
 )
 
-// Version is the release the project is tested against.
+// Version is the release the project is tested against; the Makefile reads
+// it from this line (make versitygw), so it is written nowhere else.
 const Version = "v1.8.0"
 
 // Install is the command that installs it (`make versitygw` runs it).

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/nodeid/nodeid/internal/poll"
 )
 
 // logLine is one JSON log line of nodeid-init (NODEID_LOG_FORMAT=json).
@@ -151,6 +154,16 @@ func (p *proc) wait(timeout time.Duration) (int, time.Time, error) {
 	}
 }
 
+// waitLoss waits for the holder p to log "lease lost" at or after since,
+// then to exit, and returns that line, its exit code and when it exited.
+func (p *proc) waitLoss(since time.Time) (lost logLine, code int, exited time.Time, err error) {
+	if lost, err = p.waitLog("lease lost", since, 60*time.Second); err != nil {
+		return logLine{}, 0, time.Time{}, err
+	}
+	code, exited, err = p.wait(30 * time.Second)
+	return lost, code, exited, err
+}
+
 // stop ends the process, politely first; used for cleanup.
 func (p *proc) stop() {
 	if p.isExited() {
@@ -191,19 +204,16 @@ func (p *proc) tail(n int) string {
 
 // gone waits up to timeout for pid to disappear (or become a zombie).
 func gone(pid int, timeout time.Duration) bool {
-	deadline := time.Now().Add(timeout)
-	for {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			return true
-		}
-		// Field 3, after the command in parentheses, is the state.
-		if i := strings.LastIndexByte(string(b), ')'); i >= 0 && i+2 < len(b) && b[i+2] == 'Z' {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(10 * time.Millisecond)
+	return poll.Until(context.Background(), timeout, 10*time.Millisecond, fmt.Sprintf("pid %d to exit", pid), func() bool { return exitedOrZombie(pid) }) == nil
+}
+
+// exitedOrZombie says whether pid is gone or a zombie.
+func exitedOrZombie(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
 	}
+	// Field 3, after the command in parentheses, is the state.
+	i := strings.LastIndexByte(string(b), ')')
+	return i >= 0 && i+2 < len(b) && b[i+2] == 'Z'
 }

@@ -194,11 +194,7 @@ func (b *procBench) overwrite(ctx context.Context) (overwriteRep, error) {
 			return overwriteRep{}, fmt.Errorf("overwrite: %w", err)
 		}
 	}
-	lost, err := holder.waitLog("lease lost", t0, 60*time.Second)
-	if err != nil {
-		return overwriteRep{}, err
-	}
-	code, exited, err := holder.wait(30 * time.Second)
+	lost, code, exited, err := holder.waitLoss(t0)
 	if err != nil {
 		return overwriteRep{}, err
 	}
@@ -274,11 +270,7 @@ func (b *procBench) blackhole(ctx context.Context) (blackholeRep, error) {
 		return blackholeRep{}, errors.New("no renewal seen before the blackhole")
 	}
 
-	lost, err := holder.waitLog("lease lost", tb, 60*time.Second)
-	if err != nil {
-		return blackholeRep{}, err
-	}
-	code, exited, err := holder.wait(30 * time.Second)
+	lost, code, exited, err := holder.waitLoss(tb)
 	if err != nil {
 		return blackholeRep{}, err
 	}
