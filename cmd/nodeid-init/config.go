@@ -215,20 +215,16 @@ func (s *settings) providerConfig(log *slog.Logger) (nodeid.Config, error) {
 		ReadinessTimeout: s.readinessTimeout,
 		Logger:           log,
 	}
+	cfg = cfg.WithDefaults()
+	validate := cfg.Validate
 	if cfg.TaskID == "" {
-		cfg.TaskID = "placeholder" // resolved later; validated for the rest now
+		validate = cfg.ValidateExceptTaskID // resolved later; validated for the rest now
 	}
-	p, err := nodeid.NewProvider(noRepository{}, cfg)
-	if err != nil {
+	if err := validate(); err != nil {
 		return nodeid.Config{}, usagef("%s", strings.TrimPrefix(err.Error(), nodeid.ErrInvalidConfig.Error()+": "))
 	}
-	cfg = p.Config()
-	cfg.TaskID = s.taskID
 	return cfg, nil
 }
-
-// noRepository lets providerConfig validate without storage.
-type noRepository struct{ nodeid.Repository }
 
 // repository connects to S3. It reads nothing yet. The SDK's own log lines
 // go through log.

@@ -35,7 +35,7 @@ var options = []option{
 	{"cluster-size", "NODEID_CLUSTER_SIZE", "", "number of node IDs, 0..N-1 (1..1024)", func(s *settings, v string) error {
 		return parseIntIn(v, 1, maxClusterSize, &s.clusterSize)
 	}},
-	{"lease-duration", "NODEID_LEASE_DURATION", "15s", "lease duration L (1s..1h)", func(s *settings, v string) error {
+	{"lease-duration", "NODEID_LEASE_DURATION", nodeid.DefaultLeaseDuration.String(), "lease duration L (1s..1h)", func(s *settings, v string) error {
 		return parseDurationIn(v, minLeaseDuration, maxLeaseDuration, &s.leaseDuration)
 	}},
 	{"renew-interval", "NODEID_RENEW_INTERVAL", "", "renew interval (default L/3; at least 100ms)", func(s *settings, v string) error {
@@ -44,7 +44,7 @@ var options = []option{
 	{"acquire-timeout", "NODEID_ACQUIRE_TIMEOUT", "", "give up acquiring after this long (default: wait forever); exit 5", func(s *settings, v string) error {
 		return parseDurationIn(v, 0, 0, &s.acquireTimeout)
 	}},
-	{"poll-interval", "NODEID_POLL_INTERVAL", "1s", "while every ID is held, list the leases again at least this often (100ms..1h)", func(s *settings, v string) error {
+	{"poll-interval", "NODEID_POLL_INTERVAL", nodeid.DefaultPollInterval.String(), "while every ID is held, list the leases again at least this often (100ms..1h)", func(s *settings, v string) error {
 		return parseDurationIn(v, minInterval, maxLeaseDuration, &s.pollInterval)
 	}},
 	{"readiness-timeout", "NODEID_READINESS_TIMEOUT", "", "after an ungraceful takeover, wait this long for peers to learn our version before /readyz turns ready (at most 1h)", func(s *settings, v string) error {
