@@ -37,7 +37,8 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binary = filepath.Join(dir, "nodeid-init")
-	out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput()
+	// With the test switches (NODEID_TEST_*, testhooks_nodeidtest.go).
+	out, err := exec.Command("go", "build", "-tags", "nodeidtest", "-o", binary, ".").CombinedOutput()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "build nodeid-init: %v\n%s", err, out)
 		os.Exit(1)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/nodeid/nodeid/clock"
@@ -82,11 +81,13 @@ func (sess *session) handleEvent(e nodeid.Event) {
 	}
 }
 
-// writeLeaseFile is leasefile.Write with this host's boot ID, or a failure
-// when the test-only NODEID_TEST_LEASE_FILE_FAIL is set.
+// writeLeaseFile is leasefile.Write with this host's boot ID, or the
+// failure a test asked for (testHooks).
 func writeLeaseFile(path string, l leasefile.Lease) error {
-	if os.Getenv("NODEID_TEST_LEASE_FILE_FAIL") != "" {
-		return fmt.Errorf("lease file: test failure (NODEID_TEST_LEASE_FILE_FAIL)")
+	if testHooks.leaseFileFault != nil {
+		if err := testHooks.leaseFileFault(); err != nil {
+			return err
+		}
 	}
 	l.BootID = leasefile.BootID()
 	return leasefile.Write(path, l)

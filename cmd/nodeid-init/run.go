@@ -157,8 +157,8 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		return err
 	}
-	if testHookBeforeStart != nil {
-		testHookBeforeStart()
+	if testHooks.beforeStart != nil {
+		testHooks.beforeStart()
 	}
 	// Decide to start only once the watcher is gone: a signal it took
 	// after any earlier check would otherwise be lost and the command
@@ -369,10 +369,6 @@ func childExitCode(err error) int {
 	}
 	return exitError
 }
-
-// testHookBeforeStart, if set, runs just before run decides to start the
-// command (tests deliver a signal there).
-var testHookBeforeStart func()
 
 func isClosed(ch chan struct{}) bool {
 	select {

@@ -25,7 +25,7 @@ import (
 // child test process, never in this one.
 func TestSigtermJustBeforeTheCommandStartsIsNotLost(t *testing.T) {
 	if os.Getenv("NODEID_TEST_RUN_HELPER") == "1" {
-		testHookBeforeStart = func() {
+		testHooks.beforeStart = func() {
 			_ = syscall.Kill(os.Getpid(), syscall.SIGTERM)
 			// Let the acquisition-time watcher take it, as it could.
 			time.Sleep(300 * time.Millisecond)

@@ -6,11 +6,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"sync"
 	"time"
 
-	"github.com/nodeid/nodeid/clock"
 	"github.com/nodeid/nodeid/nodeid"
 )
 
@@ -97,15 +95,14 @@ func newSession(ctx context.Context, s *settings, stderr io.Writer) (*session, e
 	if cfg.Address, source = resolveAddress(ctx, s, defaultAddressSources(), sess.log); cfg.Address != "" {
 		sess.log.Info("advertised address", "address", cfg.Address, "source", source)
 	}
-	if off := os.Getenv("NODEID_TEST_CLOCK_OFFSET"); off != "" {
-		// Test-only: shift this task's wall clock (chaos experiment 9). The
-		// protocol must not care; durations stay monotonic.
-		d, err := time.ParseDuration(off)
+	if testHooks.clock != nil {
+		c, err := testHooks.clock(sess.log)
 		if err != nil {
-			return nil, usagef("invalid NODEID_TEST_CLOCK_OFFSET %q: %v", off, err)
+			return nil, err
 		}
-		cfg.Clock = clock.WithOffset(clock.Real(), d)
-		sess.log.Warn("test setting: wall clock offset", "offset", d)
+		if c != nil {
+			cfg.Clock = c
+		}
 	}
 	cfg.OnLost = sess.handleLost
 	cfg.OnEvent = sess.handleEvent
