@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nodeid/nodeid/leasefile"
 	"github.com/nodeid/nodeid/nodeid"
 )
 
@@ -349,7 +350,7 @@ func (sess *session) beforeStart(ctx context.Context, inst nodeid.NodeInstance, 
 	for _, t := range sess.s.templates {
 		sess.log.Info("template rendered", "src", t.src, "dst", t.dst)
 	}
-	if err := writeFileAtomic(sess.s.peersFile, peersJSON(peers), 0o644); err != nil {
+	if err := leasefile.WriteFile(sess.s.peersFile, peersJSON(peers), 0o644); err != nil {
 		return nil, fmt.Errorf("peers file: %w", err)
 	}
 	sess.log.Info("peers file written", "path", sess.s.peersFile, "peers", nodePeersEnv(peers))
