@@ -89,7 +89,7 @@ func cmdAcquire(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return fmt.Errorf("env file: %w", err)
 	}
 	left := time.Duration(h.ValidUntilBoottimeNs) - boottimeNow()
-	sess.log.Info("node id acquired and handed off", "node_id", inst.ID, "version", int64(inst.Version),
+	sess.tenureLog(inst).Info("node id acquired and handed off",
 		"env_file", s.envFile, "handoff_file", s.handoffFile, "adopt_within", left.Round(time.Millisecond))
 	return nil
 }

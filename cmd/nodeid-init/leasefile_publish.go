@@ -26,7 +26,7 @@ func (sess *session) handleEvent(e nodeid.Event) {
 		sess.renewFails = 0
 		sess.mu.Unlock()
 		if n > 0 {
-			sess.log.Info("renewals recovered", "node_id", e.Instance.ID, "version", int64(e.Instance.Version), "failed_attempts", n)
+			sess.tenureLog(e.Instance).Info("renewals recovered", "failed_attempts", n)
 		}
 	}
 	if sess.leaseFile == "" {

@@ -66,7 +66,7 @@ func cmdRenew(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	sess.log.Info("renewing adopted lease", "node_id", inst.ID, "version", int64(inst.Version))
+	sess.tenureLog(inst).Info("renewing adopted lease")
 	go sess.followPeers(ctx, "", nil) // for the metric
 	select {
 	case err := <-sess.lost:

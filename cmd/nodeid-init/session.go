@@ -166,8 +166,7 @@ func (sess *session) giveBack(prepared bool) {
 	p := sess.provider
 	if sess.dataRefused {
 		if _, err := p.HandOff(ctx); err == nil {
-			sess.log.Warn("lease left to expire: the data root refused this version",
-				"node_id", p.Instance().ID, "version", int64(p.Instance().Version))
+			sess.tenureLog(p.Instance()).Warn("lease left to expire: the data root refused this version")
 		}
 		return
 	}
@@ -176,9 +175,14 @@ func (sess *session) giveBack(prepared bool) {
 		return
 	}
 	if _, err := p.HandOff(ctx); err == nil {
-		sess.log.Warn("lease left to expire: the previous holder did not release it and no new data directory was prepared",
-			"node_id", p.Instance().ID, "version", int64(p.Instance().Version))
+		sess.tenureLog(p.Instance()).Warn("lease left to expire: the previous holder did not release it and no new data directory was prepared")
 	}
+}
+
+// tenureLog is the session's logger for the tenure of inst: every line
+// names the node ID and version.
+func (sess *session) tenureLog(inst nodeid.NodeInstance) *slog.Logger {
+	return sess.log.With("node_id", inst.ID, "version", int64(inst.Version))
 }
 
 // nodeEnv is the environment that tells a broker who it is.
