@@ -39,11 +39,13 @@ type Config struct {
 	Logf func(format string, args ...any)
 }
 
-// Build compiles nodeid-init and the test broker into dir.
+// Build compiles nodeid-init and the test broker into dir. nodeid-init is
+// built with its test switches (-tags nodeidtest): experiment 9 shifts
+// tasks' wall clocks with NODEID_TEST_CLOCK_OFFSET.
 func Build(ctx context.Context, dir string) (nodeInit, broker string, err error) {
 	nodeInit, broker = filepath.Join(dir, "nodeid-init"), filepath.Join(dir, "testbroker")
 	for bin, pkg := range map[string]string{nodeInit: "github.com/nodeid/nodeid/cmd/nodeid-init", broker: "github.com/nodeid/nodeid/chaos/testbroker"} {
-		out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, pkg).CombinedOutput()
+		out, err := exec.CommandContext(ctx, "go", "build", "-tags", "nodeidtest", "-o", bin, pkg).CombinedOutput()
 		if err != nil {
 			return "", "", fmt.Errorf("go build %s: %w\n%s", pkg, err, out)
 		}

@@ -163,3 +163,38 @@ func TestWriteReplacesWholeFileReadableByAll(t *testing.T) {
 		t.Errorf("%d entries in the directory, want only the lease file", len(entries))
 	}
 }
+
+// WriteFile replaces a file whole with the mode asked for (a hand-off is
+// 0600, an env file 0644), leaving no temporary file, also when the rename
+// fails.
+func TestWriteFileReplacesWithTheMode(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		name string
+		mode os.FileMode
+	}{{"handoff.json", 0o600}, {"node.env", 0o644}} {
+		path := filepath.Join(dir, c.name)
+		for _, body := range []string{"first\n", "second\n"} {
+			if err := leasefile.WriteFile(path, []byte(body), c.mode); err != nil {
+				t.Fatal(err)
+			}
+			if b, err := os.ReadFile(path); err != nil || string(b) != body {
+				t.Fatalf("%s reads back as %q, %v; want %q", c.name, b, err, body)
+			}
+		}
+		if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != c.mode {
+			t.Fatalf("%s: mode %v, %v; want %v", c.name, fi.Mode().Perm(), err, c.mode)
+		}
+	}
+	target := filepath.Join(dir, "occupied")
+	if err := os.MkdirAll(filepath.Join(target, "x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := leasefile.WriteFile(target, []byte("x"), 0o644); err == nil {
+		t.Fatal("rename over a non-empty directory succeeded")
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 3 {
+		t.Errorf("%d entries in the directory, want the two files and the directory (no temporary file)", len(entries))
+	}
+}

@@ -96,32 +96,55 @@ func (l Lease) Remaining() time.Duration {
 }
 
 // Write replaces the file atomically (write to a temporary file, then
-// rename), so a reader never sees half a file.
+// rename), so a reader never sees half a file. It does not fsync: the file
+// is rewritten at every renewal, and after a crash of the host its
+// deadline means nothing anyway (see BootID).
 func Write(path string, l Lease) error {
 	b, err := json.Marshal(l)
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".lease-*")
-	if err != nil {
-		return fmt.Errorf("lease file: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(append(b, '\n')); err != nil {
-		tmp.Close()
-		return fmt.Errorf("lease file: %w", err)
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return fmt.Errorf("lease file: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("lease file: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
+	if err := replace(path, ".lease-*", append(b, '\n'), 0o644, false); err != nil {
 		return fmt.Errorf("lease file: %w", err)
 	}
 	return nil
+}
+
+// WriteFile replaces path atomically with data and mode, as Write does, and
+// syncs the data to disk before the rename: for the other files a
+// supervisor writes (the env file, the hand-off, the peers file, rendered
+// templates). The temporary file is .NAME.* beside path.
+func WriteFile(path string, data []byte, mode os.FileMode) error {
+	return replace(path, "."+filepath.Base(path)+".*", data, mode, true)
+}
+
+// replace writes data to a temporary file named by pattern (as
+// os.CreateTemp) in path's directory, gives it mode, fsyncs it if durable,
+// and renames it over path.
+func replace(path, pattern string, data []byte, mode os.FileMode, durable bool) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), pattern)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(mode); err != nil {
+		tmp.Close()
+		return err
+	}
+	if durable {
+		if err := tmp.Sync(); err != nil {
+			tmp.Close()
+			return err
+		}
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
 }
 
 // ErrNoLease is returned by Read when the file does not exist.

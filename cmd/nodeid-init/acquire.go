@@ -6,11 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/nodeid/nodeid/leasefile"
 	"github.com/nodeid/nodeid/nodeid"
 )
 
@@ -83,14 +82,14 @@ func cmdAcquire(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	b, _ := json.Marshal(h)
-	if err := writeFileAtomic(s.handoffFile, append(b, '\n'), 0o600); err != nil {
+	if err := leasefile.WriteFile(s.handoffFile, append(b, '\n'), 0o600); err != nil {
 		return fmt.Errorf("hand-off file: %w", err)
 	}
-	if err := writeFileAtomic(s.envFile, envFileText(env), 0o644); err != nil {
+	if err := leasefile.WriteFile(s.envFile, envFileText(env), 0o644); err != nil {
 		return fmt.Errorf("env file: %w", err)
 	}
 	left := time.Duration(h.ValidUntilBoottimeNs) - boottimeNow()
-	sess.log.Info("node id acquired and handed off", "node_id", inst.ID, "version", int64(inst.Version),
+	sess.tenureLog(inst).Info("node id acquired and handed off",
 		"env_file", s.envFile, "handoff_file", s.handoffFile, "adopt_within", left.Round(time.Millisecond))
 	return nil
 }
@@ -111,28 +110,4 @@ func envFileText(env []string) []byte {
 // single quote closes the quotes, is escaped with a backslash, and reopens.
 func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
-
-func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }

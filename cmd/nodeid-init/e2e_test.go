@@ -37,7 +37,8 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binary = filepath.Join(dir, "nodeid-init")
-	out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput()
+	// With the test switches (NODEID_TEST_*, testhooks_nodeidtest.go).
+	out, err := exec.Command("go", "build", "-tags", "nodeidtest", "-o", binary, ".").CombinedOutput()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "build nodeid-init: %v\n%s", err, out)
 		os.Exit(1)
@@ -493,11 +494,7 @@ func truncate(s string, n int) string {
 
 func TestProbeRefusalExits4(t *testing.T) {
 	srv := s3test.NewFake(t)
-	proxy, err := faultproxy.Start(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
+	proxy := startProxy(t, srv.URL)
 	proxy.Set(faultproxy.Fault{StripConditional: true})
 	c := newCluster(t, srv, 1)
 	c.env = append(c.env, "AWS_ENDPOINT_URL_S3="+proxy.URL)
@@ -524,6 +521,18 @@ func freeAddr(t *testing.T) string {
 	addr := srv.Listener.Addr().String()
 	srv.Close()
 	return addr
+}
+
+// startProxy starts a fault proxy in front of target, closed when the
+// test ends.
+func startProxy(t *testing.T, target string) *faultproxy.Proxy {
+	t.Helper()
+	proxy, err := faultproxy.Start(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proxy.Close() })
+	return proxy
 }
 
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	nodeidinit "github.com/nodeid/nodeid/cmd/nodeid-init"
 	"github.com/nodeid/nodeid/internal/s3test"
 )
 
@@ -32,6 +33,44 @@ func sourceEnvFile(t *testing.T, path string) map[string]string {
 
 // hostile holds shell syntax that must come out of the env file as data.
 const hostile = `t1;touch${IFS}PWNED;$(touch${IFS}PWNED)` + "`touch${IFS}PWNED`" + `'"\\|&<>*~#!`
+
+// hostileValue is the same with one backslash: what
+// TestEnvFileValuesAreDataForTheShell writes with the command's own
+// envFileText.
+const hostileValue = `t1;touch${IFS}PWNED;$(touch${IFS}PWNED)` + "`touch${IFS}PWNED`" + `'"\|&<>*~#!`
+
+func TestEnvFileValuesAreDataForTheShell(t *testing.T) {
+	dir := t.TempDir()
+	want := map[string]string{
+		"NODE_TASK_ID":  hostileValue,
+		"NODE_DATA_DIR": dir + `/a b'c"d $(touch PWNED) ;x/node-0/v1`,
+		"NODE_EMPTY":    "",
+		"NODE_QUOTES":   `''''`,
+		"NODE_UNICODE":  "données – ✓",
+	}
+	var env []string
+	for k, v := range want {
+		env = append(env, k+"="+v)
+	}
+	path := filepath.Join(dir, "node.env")
+	if err := os.WriteFile(path, nodeidinit.EnvFileText(env), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("sh", "-c", `set -a; . ./node.env; env >/dev/null`)
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	got := sourceEnvFile(t, path)
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %q, want %q", k, got[k], v)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "PWNED")); err == nil {
+		t.Fatal("sourcing the env file ran a command")
+	}
+}
 
 // The real acquire, with a hostile task ID and a data root with spaces and
 // quotes: every variable arrives intact and nothing runs.

@@ -445,11 +445,7 @@ func jsonLines(t *testing.T, out string) []map[string]any {
 // request IDs.
 func TestOperatorLogs(t *testing.T) {
 	srv := s3test.NewFake(t)
-	proxy, err := faultproxy.Start(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
+	proxy := startProxy(t, srv.URL)
 	c := newCluster(t, srv, 2)
 	c.env = append(c.env, "AWS_ENDPOINT_URL_S3="+proxy.URL, "NODEID_LOG_FORMAT=json", "TMPDIR="+t.TempDir())
 

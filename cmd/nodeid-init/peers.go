@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/nodeid/nodeid/leasefile"
 	"github.com/nodeid/nodeid/nodeid"
 )
 
@@ -113,7 +114,7 @@ func (sess *session) followPeers(ctx context.Context, path string, last []nodeid
 		if len(peers) > 0 && !slices.Equal(peers, last) {
 			sess.metrics.setPeers(peers)
 			if path != "" {
-				if err := writeFileAtomic(path, peersJSON(peers), 0o644); err != nil {
+				if err := leasefile.WriteFile(path, peersJSON(peers), 0o644); err != nil {
 					sess.log.Error("cannot update the peers file", "path", path, "err", err)
 				} else {
 					sess.log.Info("peers file updated", "path", path, "peers", nodePeersEnv(peers))

@@ -5,12 +5,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
+	"github.com/nodeid/nodeid/internal/faultproxy"
 	"github.com/nodeid/nodeid/internal/s3test"
 	"github.com/nodeid/nodeid/nodeid"
 )
@@ -60,5 +62,86 @@ func TestForceReleaseNeverLowersTheVersion(t *testing.T) {
 	// A lower --version never lowers a known version.
 	if code, out := release("--version", "2"); code != 0 || !strings.Contains(out, "released at version 7") {
 		t.Fatalf("release --version 2 over v7: exit %d:\n%s", code, out)
+	}
+}
+
+// Schedule: node 0's holder crashed (SIGKILL) and its lease expired. The
+// operator runs `release --node 0 --force` (no --yes: the guard is to
+// refuse if the holder looks alive). Its first two GETs are slow (4 s each:
+// a congested link). 1. the guard's GET sees v1 held by the dead task,
+// renewed more than a lease duration ago: not live, go ahead. 2. a hot
+// spare takes node 0 (v2) and renews. 3. ForceRelease GETs again, sees
+// v2 held by the spare that acquired a moment ago (L = 2 s, R = 0.8 s; its
+// LIST, survey and PUT are fast and land before the next renewal), and
+// overwrites it with a
+// forced release (If-Match on its own fresh ETag): the spare, renewed
+// within its lease duration, is fenced without --yes, and node 0 is
+// acquirable at once while the spare's self-fence deadline is still ahead.
+// The guard's decision is not tied to the object ForceRelease writes over
+// (no ETag passed through).
+func TestRevsReleaseGuardIsBypassedByATakeoverInBetween(t *testing.T) {
+	srv := s3test.StartVersity(t)
+	c := newCluster(t, srv, 1)
+	dead := c.runTask("dead", "TMPDIR="+t.TempDir())
+	dead.identity(t, 20*time.Second)
+	_ = dead.cmd.Process.Signal(syscall.SIGKILL)
+	dead.wait(t, 5*time.Second)
+	time.Sleep(4 * time.Second) // L = 2s: expired
+
+	proxy := startProxy(t, srv.URL)
+	proxy.Set(faultproxy.Fault{Methods: []string{"GET"}, Latency: 4 * time.Second})
+	rel := c.start("operator", []string{"AWS_ENDPOINT_URL_S3=" + proxy.URL, "TMPDIR=" + t.TempDir()}, "release", "--node", "0", "--force")
+	waitFor(t, 15*time.Second, "the guard's GET answered and the next GET on its way", func() bool { return proxy.Stats().ByMethod["GET"] >= 2 })
+	proxy.Set(faultproxy.Fault{}) // the rest of release's requests are fast
+
+	p, err := nodeid.NewProvider(c.repo(), nodeid.Config{TaskID: "spare", ClusterSize: 1, LeaseDuration: 2 * time.Second,
+		RenewInterval: 800 * time.Millisecond, PollInterval: 200 * time.Millisecond,
+		OnLost: func(error) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	inst, err := p.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close(context.Background()) })
+	t.Logf("spare holds node %d v%d while release waits for its second GET", inst.ID, inst.Version)
+	// A second spare waits for node 0.
+	p3, err := nodeid.NewProvider(c.repo(), nodeid.Config{TaskID: "spare-2", ClusterSize: 1, LeaseDuration: 2 * time.Second,
+		RenewInterval: 800 * time.Millisecond, PollInterval: 100 * time.Millisecond, OnLost: func(error) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type took struct {
+		inst       nodeid.NodeInstance
+		firstValid bool // the first spare still believed its lease valid then
+		err        error
+	}
+	tookCh := make(chan took, 1)
+	go func() {
+		i, err := p3.Acquire(ctx)
+		tookCh <- took{i, p.Valid(), err}
+	}()
+	t.Cleanup(func() { _ = p3.Close(context.Background()) })
+	code := rel.wait(t, 30*time.Second)
+	out := strings.TrimSpace(rel.out.String())
+	select {
+	case <-p.Done():
+	case <-time.After(3 * time.Second):
+	}
+	t.Logf("release --force (no --yes): exit %d: %s; spare's provider: %v", code, out, p.Err())
+	select {
+	case tk := <-tookCh:
+		t.Logf("second spare: %+v, err %v; first spare still valid at that moment: %v", tk.inst, tk.err, tk.firstValid)
+		if tk.err == nil && tk.firstValid {
+			t.Errorf("two valid holders of node 0: spare v%d (not yet aware of the forced release) and spare-2 v%d", inst.Version, tk.inst.Version)
+		}
+	case <-time.After(5 * time.Second):
+		t.Logf("second spare took nothing")
+	}
+	if code == 0 {
+		t.Errorf("release --force without --yes fenced a holder (v%d) that had just acquired and renewed: %s (spare: %v)", inst.Version, out, p.Err())
 	}
 }

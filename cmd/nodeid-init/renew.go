@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -65,7 +66,7 @@ func cmdRenew(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	sess.log.Info("renewing adopted lease", "node_id", inst.ID, "version", int64(inst.Version))
+	sess.tenureLog(inst).Info("renewing adopted lease")
 	go sess.followPeers(ctx, "", nil) // for the metric
 	select {
 	case err := <-sess.lost:
@@ -84,6 +85,8 @@ func cmdRenew(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 func defaultHandoff(envFile string) string {
 	return filepathJoinDir(envFile, "nodeid-handoff.json")
 }
+
+func filepathJoinDir(file, name string) string { return filepath.Join(filepath.Dir(file), name) }
 
 func boottimeNow() time.Duration { return clock.SystemBoottime() }
 

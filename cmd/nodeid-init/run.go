@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nodeid/nodeid/leasefile"
 	"github.com/nodeid/nodeid/nodeid"
 )
 
@@ -157,8 +158,8 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		return err
 	}
-	if testHookBeforeStart != nil {
-		testHookBeforeStart()
+	if testHooks.beforeStart != nil {
+		testHooks.beforeStart()
 	}
 	// Decide to start only once the watcher is gone: a signal it took
 	// after any earlier check would otherwise be lost and the command
@@ -232,7 +233,8 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return fmt.Errorf("start %s: %w", rest[0], err)
 	}
 	pid := child.Process.Pid
-	sess.log.Info("command started", "node_id", inst.ID, "version", int64(inst.Version), "pid", pid, "command", rest[0])
+	tlog := sess.tenureLog(inst)
+	tlog.Info("command started", "pid", pid, "command", rest[0])
 	stopReaping := reapOrphans(pid)
 	exited := make(chan struct{})
 	var werr error
@@ -255,15 +257,15 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			}
 		}
 		if err == nil {
-			sess.log.Info("processes of the command gone", "node_id", inst.ID, "version", int64(inst.Version), "killed", n, "took", time.Since(start).Round(time.Millisecond))
+			tlog.Info("processes of the command gone", "killed", n, "took", time.Since(start).Round(time.Millisecond))
 		}
 		return err
 	})
 	lost := func(lerr error) error {
 		if err := stopRest(); err != nil {
-			sess.log.Error("exiting although processes of the command may still run", "node_id", inst.ID, "version", int64(inst.Version), "err", err)
+			tlog.Error("exiting although processes of the command may still run", "err", err)
 		}
-		sess.log.Error("command killed: lease lost", "node_id", inst.ID, "version", int64(inst.Version))
+		tlog.Error("command killed: lease lost")
 		return sess.lossExit(lerr)
 	}
 
@@ -301,7 +303,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			if code != 0 {
 				level = slog.LevelWarn // it failed: not a clean stop
 			}
-			sess.log.Log(ctx, level, "command exited", "node_id", inst.ID, "version", int64(inst.Version), "exit_code", childExitCode(werr), "after_signal", forwarded != 0)
+			tlog.Log(ctx, level, "command exited", "exit_code", childExitCode(werr), "after_signal", forwarded != 0)
 			// A release lets the successor hard-link our files: first make
 			// sure nothing of ours writes them any more and they are durable.
 			err := stopRest()
@@ -318,14 +320,14 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 					err = errors.Join(err, herr)
 				}
 				ccancel()
-				sess.log.Warn("lease left to expire, not released", "node_id", inst.ID, "version", int64(inst.Version), "err", err)
+				tlog.Warn("lease left to expire, not released", "err", err)
 				if code == 0 {
 					code = exitError
 				}
 				return &codeError{code: code}
 			}
 			release()
-			sess.log.Log(ctx, level, "command exited, lease released", "node_id", inst.ID, "version", int64(inst.Version), "exit_code", childExitCode(werr), "after_signal", forwarded != 0)
+			tlog.Log(ctx, level, "command exited, lease released", "exit_code", childExitCode(werr), "after_signal", forwarded != 0)
 			if code != 0 {
 				return &codeError{code: code}
 			}
@@ -349,7 +351,7 @@ func (sess *session) beforeStart(ctx context.Context, inst nodeid.NodeInstance, 
 	for _, t := range sess.s.templates {
 		sess.log.Info("template rendered", "src", t.src, "dst", t.dst)
 	}
-	if err := writeFileAtomic(sess.s.peersFile, peersJSON(peers), 0o644); err != nil {
+	if err := leasefile.WriteFile(sess.s.peersFile, peersJSON(peers), 0o644); err != nil {
 		return nil, fmt.Errorf("peers file: %w", err)
 	}
 	sess.log.Info("peers file written", "path", sess.s.peersFile, "peers", nodePeersEnv(peers))
@@ -369,10 +371,6 @@ func childExitCode(err error) int {
 	}
 	return exitError
 }
-
-// testHookBeforeStart, if set, runs just before run decides to start the
-// command (tests deliver a signal there).
-var testHookBeforeStart func()
 
 func isClosed(ch chan struct{}) bool {
 	select {

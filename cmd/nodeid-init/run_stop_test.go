@@ -1,16 +1,15 @@
-package main
+package main_test
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	nodeidinit "github.com/nodeid/nodeid/cmd/nodeid-init"
 	"github.com/nodeid/nodeid/internal/s3test"
 	"github.com/nodeid/nodeid/nodeid"
 )
@@ -25,12 +24,12 @@ import (
 // child test process, never in this one.
 func TestSigtermJustBeforeTheCommandStartsIsNotLost(t *testing.T) {
 	if os.Getenv("NODEID_TEST_RUN_HELPER") == "1" {
-		testHookBeforeStart = func() {
+		nodeidinit.SetBeforeStartHook(func() {
 			_ = syscall.Kill(os.Getpid(), syscall.SIGTERM)
 			// Let the acquisition-time watcher take it, as it could.
 			time.Sleep(300 * time.Millisecond)
-		}
-		os.Exit(realMain(context.Background(), []string{"run", "--", "sh", "-c", `touch "$MARK"; exec sleep 60`}, os.Stdout, os.Stderr))
+		})
+		os.Exit(nodeidinit.RealMain(context.Background(), []string{"run", "--", "sh", "-c", `touch "$MARK"; exec sleep 60`}, os.Stdout, os.Stderr))
 	}
 	srv := s3test.NewFake(t)
 	dir := t.TempDir()
@@ -48,7 +47,7 @@ func TestSigtermJustBeforeTheCommandStartsIsNotLost(t *testing.T) {
 		"NODEID_CLUSTER_SIZE=1", "NODEID_TASK_ID=t1", "NODEID_DATA_ROOT=" + root,
 		"NODEID_LEASE_FILE=" + filepath.Join(dir, "lease.json"),
 		"NODEID_LEASE_DURATION=2s", "NODEID_RENEW_INTERVAL=500ms", "NODEID_POLL_INTERVAL=200ms"}
-	out := &syncBuf{}
+	out := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -74,21 +73,4 @@ func TestSigtermJustBeforeTheCommandStartsIsNotLost(t *testing.T) {
 	}
 	_, err = os.Stat(filepath.Join(dir, "started"))
 	t.Logf("command started (then stopped by the forwarded signal): %v", err == nil)
-}
-
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

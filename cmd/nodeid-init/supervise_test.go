@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -237,4 +238,68 @@ func onlyChild(t *testing.T, ppid int) int {
 		return len(kids) == 1
 	})
 	return kids[0].pid
+}
+
+// From an adversarial review of issue 13's stable default lease file
+// ($TMPDIR/nodeid-<uid>/lease.json): a break of invariant 4.
+//
+// Schedule: run A holds node 0 v1 with the default lease file. Its broker
+// left a helper outside its process group (setsid). A is SIGKILLed (OOM
+// killer): Pdeathsig kills the leader only; the helper survives, as cli.md
+// and run's "not PID 1" warning say, and relies on the lease file to fence
+// itself: it checks the file as a Go broker is told to (leasefile.Check /
+// `health --held`: held and deadline ahead) before each write. A's deadline
+// passes and the helper stops writing: correct. Then run A' (systemd
+// restart, same user, same $TMPDIR) claims the same stable default file
+// (the lock died with A) and writes its own `held` lease (node 0 v2) into
+// it. The helper of v1 reads `held` with a deadline ahead and writes again
+// to node-0/v1 while v2 is valid. With the per-process default file of
+// before, A's file stayed `held v1` with a passed deadline for ever.
+// (A broker that also compares nodeId/version with its own, step 3 of the
+// lease-file section, is not fooled; leasefile.Check does not compare.)
+func TestRevsOrphanOfAKilledRunSeesItsSuccessorsLeaseAsValid(t *testing.T) {
+	c := newCluster(t, s3test.StartVersity(t), 1)
+	tmp := t.TempDir()
+	dir := t.TempDir()
+	writes := filepath.Join(dir, "orphan.writes")
+	pidFile := filepath.Join(dir, "orphan.pid")
+	orphan := `setsid sh -c 'echo $$ > "$ORPHAN_PID"; while :; do if "$NODEID_BIN" health --held --lease-file "$NODE_LEASE_FILE" >/dev/null 2>&1; then echo "v$NODE_VERSION $NODE_LEASE_FILE" >> "$ORPHAN_WRITES"; echo x >> "$NODE_DATA_DIR/orphan.log"; fi; sleep 0.1; done' </dev/null >/dev/null 2>&1 &
+` + childScript
+	env := []string{"TMPDIR=" + tmp, "NODEID_BIN=" + binary, "ORPHAN_WRITES=" + writes, "ORPHAN_PID=" + pidFile}
+	a := c.start("run-a", env, "run", "--", "sh", "-c", orphan)
+	if id, v, _ := a.identity(t, 20*time.Second); id != 0 || v != 1 {
+		t.Fatalf("A holds node %d v%d", id, v)
+	}
+	waitFor(t, 5*time.Second, "the orphan helper", func() bool { _, err := os.Stat(pidFile); return err == nil })
+	b, _ := os.ReadFile(pidFile)
+	opid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	t.Cleanup(func() { _ = syscall.Kill(opid, syscall.SIGKILL) })
+	waitFor(t, 5*time.Second, "the orphan's first write", func() bool { _, err := os.Stat(writes); return err == nil })
+
+	if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	a.wait(t, 5*time.Second)
+	time.Sleep(3 * time.Second) // past A's deadline (L = 2s): the orphan stops
+	if !processAlive(opid) {
+		t.Fatal("the orphan did not survive (this host kills it: the scenario does not apply)")
+	}
+	count := func() int { b, _ := os.ReadFile(writes); return strings.Count(string(b), "\n") }
+	before := count()
+	time.Sleep(500 * time.Millisecond)
+	if n := count(); n != before {
+		t.Fatalf("the orphan still writes after A's deadline (%d -> %d): the file fence itself failed", before, n)
+	}
+
+	a2 := c.start("run-a2", []string{"TMPDIR=" + tmp}, "run", "--", "sh", "-c", childScript)
+	id, v, _ := a2.identity(t, 20*time.Second)
+	time.Sleep(time.Second)
+	after := count()
+	l, err := leasefile.Check(filepath.Join(tmp, "nodeid-"+uid(), "lease.json"))
+	t.Logf("A' holds node %d v%d; stable file %+v (Check err %v); orphan of v1: %d writes before A', %d after", id, v, l, err, before, after)
+	if after > before {
+		log, _ := os.ReadFile(filepath.Join(c.root, "node-0", "v1", "orphan.log"))
+		t.Errorf("the v1 orphan fenced by the lease file wrote %d more times to node-0/v1 while A' holds node %d v%d (it reads A's successor's lease in the shared stable file as its own); node-0/v1/orphan.log has %d lines",
+			after-before, id, v, strings.Count(string(log), "\n"))
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"text/template"
 
+	"github.com/nodeid/nodeid/leasefile"
 	"github.com/nodeid/nodeid/nodeid"
 )
 
@@ -118,7 +119,7 @@ func renderTemplates(specs []*templateSpec, data templateData) error {
 		out[i] = b.Bytes()
 	}
 	for i, t := range specs {
-		if err := writeFileAtomic(t.dst, out[i], 0o644); err != nil {
+		if err := leasefile.WriteFile(t.dst, out[i], 0o644); err != nil {
 			return fmt.Errorf("template %s: write %s: %w", t.src, t.dst, err)
 		}
 	}

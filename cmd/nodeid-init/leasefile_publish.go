@@ -1,0 +1,169 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nodeid/nodeid/clock"
+	"github.com/nodeid/nodeid/leasefile"
+	"github.com/nodeid/nodeid/nodeid"
+)
+
+// handleEvent is the provider's OnEvent: it feeds the metrics and keeps the
+// lease file current, and ends the tenure like a loss when the file cannot
+// be written twice in a row.
+func (sess *session) handleEvent(e nodeid.Event) {
+	sess.metrics.observe(e)
+	switch e.Kind {
+	case nodeid.EventRenewalFailed:
+		sess.mu.Lock()
+		sess.renewFails++
+		sess.mu.Unlock()
+	case nodeid.EventRenewed:
+		sess.mu.Lock()
+		n := sess.renewFails
+		sess.renewFails = 0
+		sess.mu.Unlock()
+		if n > 0 {
+			sess.tenureLog(e.Instance).Info("renewals recovered", "failed_attempts", n)
+		}
+	}
+	if sess.leaseFile == "" {
+		return
+	}
+	l := leasefile.Lease{NodeID: e.Instance.ID, Version: int64(e.Instance.Version), TaskID: sess.cfg.TaskID}
+	switch e.Kind {
+	case nodeid.EventAcquired, nodeid.EventRenewed:
+		l.State = leasefile.StateHeld
+		l.ValidUntilBoottimeNs = int64(clock.SystemBoottime() + e.Deadline.Sub(sess.cfg.Clock.Now()))
+	case nodeid.EventLost:
+		l.State = leasefile.StateLost
+	case nodeid.EventReleased:
+		l.State = leasefile.StateReleased
+	default:
+		return
+	}
+	sess.fileMu.Lock()
+	sess.waiting = false
+	err := writeLeaseFile(sess.leaseFile, l)
+	sess.fileMu.Unlock()
+	sess.mu.Lock()
+	sess.leaseFileErr = err
+	fails := 0
+	if err != nil {
+		sess.leaseFileFails++
+		fails = sess.leaseFileFails
+	} else {
+		sess.leaseFileFails = 0
+	}
+	sess.mu.Unlock()
+	if err == nil {
+		return
+	}
+	sess.metrics.leaseFileFailures.Inc()
+	sess.log.Error("cannot update the lease file; /healthz fails until it can", "path", sess.leaseFile, "failed_writes_in_a_row", fails, "err", err)
+	if l.State == leasefile.StateHeld && fails >= 2 {
+		// The broker reads a deadline that is no longer extended: it stops
+		// writing when it passes, while we would keep the lease. End the
+		// tenure like a loss instead, so the ID fails over.
+		ferr := &nodeid.LostError{Instance: e.Instance, Err: err,
+			Reason: fmt.Sprintf("the lease file could not be written %d times in a row", fails)}
+		sess.mu.Lock()
+		first := sess.fenced == nil
+		if first {
+			sess.fenced = ferr
+		}
+		sess.mu.Unlock()
+		if first {
+			go sess.handleLost(ferr)
+		}
+	}
+}
+
+// writeLeaseFile is leasefile.Write with this host's boot ID, or the
+// failure a test asked for (testHooks).
+func writeLeaseFile(path string, l leasefile.Lease) error {
+	if testHooks.leaseFileFault != nil {
+		if err := testHooks.leaseFileFault(); err != nil {
+			return err
+		}
+	}
+	l.BootID = leasefile.BootID()
+	return leasefile.Write(path, l)
+}
+
+// leaseFileOK reports whether the last lease-file write, if any, succeeded.
+func (sess *session) leaseFileOK() bool {
+	sess.mu.Lock()
+	defer sess.mu.Unlock()
+	return sess.leaseFileErr == nil
+}
+
+// leaseFileError is the error of the last lease-file write.
+func (sess *session) leaseFileError() error {
+	sess.mu.Lock()
+	defer sess.mu.Unlock()
+	return sess.leaseFileErr
+}
+
+// writeWaiting publishes that this task waits for a node ID (a hot spare):
+// `health` passes, a broker finds no valid lease. The state stands for two
+// poll intervals and is refreshed every poll interval until the first event
+// is written or ctx ends, so the file of a task that died while waiting
+// goes stale by itself; stopWaiting says `stopped` on the way out.
+func (sess *session) writeWaiting(ctx context.Context) {
+	sess.metrics.waiting.Set(1)
+	if sess.leaseFile == "" {
+		return
+	}
+	sess.fileMu.Lock()
+	sess.waiting = true
+	err := sess.writeWaitingLocked()
+	sess.fileMu.Unlock()
+	if err != nil {
+		sess.log.Warn("cannot write the lease file", "path", sess.leaseFile, "err", err)
+	}
+	go func() {
+		t := time.NewTicker(sess.cfg.PollInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			sess.fileMu.Lock()
+			still := sess.waiting
+			if still {
+				err = sess.writeWaitingLocked()
+			}
+			sess.fileMu.Unlock()
+			if !still {
+				return
+			}
+			if err != nil {
+				sess.log.Warn("cannot write the lease file", "path", sess.leaseFile, "err", err)
+			}
+		}
+	}()
+}
+
+func (sess *session) writeWaitingLocked() error {
+	return writeLeaseFile(sess.leaseFile, leasefile.Lease{State: leasefile.StateWaiting, NodeID: -1, TaskID: sess.cfg.TaskID,
+		ValidUntilBoottimeNs: int64(clock.SystemBoottime() + 2*sess.cfg.PollInterval)})
+}
+
+// stopWaiting, on the way out of a task that never acquired, replaces a
+// `waiting` lease file with `stopped`, so `health` fails at once.
+func (sess *session) stopWaiting() {
+	sess.fileMu.Lock()
+	defer sess.fileMu.Unlock()
+	if !sess.waiting {
+		return
+	}
+	sess.waiting = false
+	if err := writeLeaseFile(sess.leaseFile, leasefile.Lease{State: leasefile.StateStopped, NodeID: -1, TaskID: sess.cfg.TaskID}); err != nil {
+		sess.log.Warn("cannot write the lease file", "path", sess.leaseFile, "err", err)
+	}
+}

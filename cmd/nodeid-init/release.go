@@ -1,0 +1,102 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+
+	"github.com/nodeid/nodeid/datadir"
+	"github.com/nodeid/nodeid/nodeid"
+)
+
+func cmdRelease(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var nodeArg string
+	var atLeast int64
+	s, repo, _, err := adminSession(ctx, "release", args, stdout, stderr, func(fs *flag.FlagSet, s *settings) {
+		fs.StringVar(&nodeArg, "node", "", "node ID to release (required)")
+		fs.BoolVar(&s.force, "force", false, "required: the holder must be known to be dead")
+		fs.Int64Var(&atLeast, "version", 0, "release at this version at least; required when the object is missing or corrupt and no peer knows the version")
+		fs.StringVar(&s.dataRoot, "data-root", "", "shared storage root; refuse a version below the newest valid node-N/vK there")
+		changeFlags(fs, s)
+	})
+	if err != nil {
+		return err
+	}
+	if nodeArg == "" {
+		return usagef("no node: set --node N")
+	}
+	node, err := strconv.Atoi(nodeArg)
+	if err != nil || node < 0 || node >= maxClusterSize {
+		return usagef("invalid --node %q: a node ID is an integer 0..%d", nodeArg, maxClusterSize-1)
+	}
+	if !s.force {
+		return usagef("release --node %d needs --force: a live holder keeps writing until its next renewal fails, and its successor would hard-link its files", node)
+	}
+	if atLeast < 0 {
+		return usagef("invalid --version %d: must be >= 0", atLeast)
+	}
+	if s.dataRoot != "" {
+		// The newest complete data directory must not be above the version
+		// released: its successor would start from older data, or refuse.
+		newest, found, err := datadir.Newest(s.dataRoot, node, datadir.Cluster{Bucket: s.bucket, Prefix: s.prefix})
+		if err != nil {
+			return usagef("data root %s: %v", s.dataRoot, err)
+		}
+		if found && nodeid.Version(atLeast) < newest {
+			if atLeast > 0 {
+				return usagef("--version %d is below node-%d/v%d in %s; use --version %d or higher", atLeast, node, newest, s.dataRoot, newest)
+			}
+			atLeast = int64(newest)
+		}
+	}
+	rec, gerr := repo.Get(ctx, node)
+	missing := errors.Is(gerr, nodeid.ErrNotFound)
+	if gerr != nil && !missing && !errors.Is(gerr, nodeid.ErrCorruptLease) {
+		return gerr
+	}
+	unusable := gerr == nil && !rec.Lease.Acquirable
+	if gerr == nil && !unusable { // an unusable lease's holder is fenced already
+		if live, ago := liveHolder(rec, s.leaseDuration); live && !s.yes && !s.dryRun {
+			return usagef("node %d is held by %s (v%d), renewed %v ago, within its lease duration: it looks alive. A live holder keeps writing until its next renewal fails; add --yes only if it is known to be dead",
+				node, rec.Lease.TaskID, rec.Lease.Instance.Version, ago.Round(time.Second))
+		}
+	}
+	if s.dryRun {
+		state := "missing (it would be created)"
+		switch {
+		case gerr != nil && !missing:
+			state = "corrupt"
+		case gerr == nil && rec.Lease.Held():
+			state = fmt.Sprintf("held by %s at v%d", rec.Lease.TaskID, rec.Lease.Instance.Version)
+			if live, ago := liveHolder(rec, s.leaseDuration); live {
+				state += fmt.Sprintf(", renewed %v ago: it would be FENCED (needs --yes)", ago.Round(time.Second))
+			}
+		case gerr == nil:
+			state = fmt.Sprintf("released at v%d", rec.Lease.Instance.Version)
+		}
+		fmt.Fprintf(stdout, "dry run: would force-release node %d (%s) at version %d or the highest version a peer knows, if higher\n", node, state, max(atLeast, int64(rec.Lease.Instance.Version)))
+		return nil
+	}
+	// The release writes only over the object the guard judged (its ETag;
+	// "" = missing): a holder that took the ID since is never fenced.
+	v, err := nodeid.ForceReleaseIfUnchanged(ctx, repo, node, nodeid.Version(atLeast), s.taskID, rec.ETag)
+	if errors.Is(err, nodeid.ErrChanged) {
+		return fmt.Errorf("node %d changed since it was checked; nothing was written over it; run again", node)
+	}
+	if errors.Is(err, nodeid.ErrVersionUnknown) {
+		return usagef("%v: pass --version V (the newest node-%d/vV in the data root, or pass --data-root)", err, node)
+	}
+	if err != nil {
+		return err
+	}
+	if unusable {
+		fmt.Fprintf(stdout, "node %d released at version %d; it is unusable (at or above the cluster size after a scale-down): nobody takes it until `nodeid-init scale` makes it acquirable again\n", node, v)
+		return nil
+	}
+	fmt.Fprintf(stdout, "node %d released at version %d; the next holder gets version %d\n", node, v, v+1)
+	return nil
+}
