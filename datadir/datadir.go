@@ -31,7 +31,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nodeid/nodeid/nodeid"
+	"github.com/nodeid/nodeid/node"
 )
 
 // Errors returned by Prepare and Collect, wrapped with details; test them
@@ -164,7 +164,7 @@ type Result struct {
 	// HasSource is false when no valid earlier version existed and the
 	// directory was created empty; Source is meaningful only when true.
 	HasSource bool
-	Source    nodeid.Version
+	Source    node.Version
 
 	FilesCopied int64 // regular files copied
 	BytesCopied int64
@@ -274,7 +274,7 @@ func keepOrDefault(keep int) (int, error) {
 	return keep, nil
 }
 
-func checkInstance(inst nodeid.NodeInstance) error {
+func checkInstance(inst node.Instance) error {
 	if inst.ID < 0 || inst.Version < 0 {
 		return fmt.Errorf("%w: %v has a negative id or version", ErrInvalid, inst)
 	}
@@ -282,16 +282,16 @@ func checkInstance(inst nodeid.NodeInstance) error {
 }
 
 // Dir returns the directory of inst under root: <root>/node-<ID>/v<Version>.
-func Dir(root string, inst nodeid.NodeInstance) string {
+func Dir(root string, inst node.Instance) string {
 	return filepath.Join(root, nodeDirName(inst.ID), versionDirName(inst.Version))
 }
 
-func nodeDirName(id int) string              { return "node-" + strconv.Itoa(id) }
-func versionDirName(v nodeid.Version) string { return "v" + strconv.FormatInt(int64(v), 10) }
+func nodeDirName(id int) string            { return "node-" + strconv.Itoa(id) }
+func versionDirName(v node.Version) string { return "v" + strconv.FormatInt(int64(v), 10) }
 
 // parseVersionDirName accepts only the canonical form written by
 // versionDirName ("v7", not "v07"), so one version has one directory.
-func parseVersionDirName(name string) (nodeid.Version, bool) {
+func parseVersionDirName(name string) (node.Version, bool) {
 	if len(name) < 2 || name[0] != 'v' || (len(name) > 2 && name[1] == '0') {
 		return 0, false
 	}
@@ -304,7 +304,7 @@ func parseVersionDirName(name string) (nodeid.Version, bool) {
 	if err != nil {
 		return 0, false
 	}
-	return nodeid.Version(v), true
+	return node.Version(v), true
 }
 
 // Prepare returns the data directory of inst under root, creating it from the
@@ -331,7 +331,7 @@ func parseVersionDirName(name string) (nodeid.Version, bool) {
 //
 // Garbage collection failures are logged, not returned: the directory is
 // ready by then and a cleanup problem must not keep the node from starting.
-func Prepare(ctx context.Context, root string, inst nodeid.NodeInstance, opts Options) (_ string, _ Result, err error) {
+func Prepare(ctx context.Context, root string, inst node.Instance, opts Options) (_ string, _ Result, err error) {
 	start := time.Now()
 	cfg, err := opts.config()
 	if err != nil {
@@ -358,16 +358,16 @@ func Prepare(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 	if err != nil {
 		return "", Result{}, err
 	}
-	node, err := openNodeDir(rootDir, nodeName, 0, false)
+	nodeDir, err := openNodeDir(rootDir, nodeName, 0, false)
 	var p plan
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		node = nil
+		nodeDir = nil
 	case err != nil:
 		return "", Result{}, err
 	default:
-		defer node.Close()
-		if p, err = planPrepare(node.f, nodePath, inst.Version, cfg.cluster, cfg.tenure); err != nil {
+		defer nodeDir.Close()
+		if p, err = planPrepare(nodeDir.f, nodePath, inst.Version, cfg.cluster, cfg.tenure); err != nil {
 			return "", Result{}, err
 		}
 		defer p.close()
@@ -380,23 +380,23 @@ func Prepare(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 			return "", Result{}, err
 		}
 	}
-	if node == nil {
-		if node, err = openNodeDir(rootDir, nodeName, cfg.dirMode, true); err != nil {
+	if nodeDir == nil {
+		if nodeDir, err = openNodeDir(rootDir, nodeName, cfg.dirMode, true); err != nil {
 			return "", Result{}, err
 		}
-		defer node.Close()
+		defer nodeDir.Close()
 	}
 	var pre []string // removed before preparing
 	if !claim {
 		// Space held by our unfinished directories below the target (an
 		// attempt that failed and could not clean up, a crash) could make
 		// this copy fail too: GC would only remove them after it succeeded.
-		pre = removeLeftoversBelow(node.f, nodePath, inst.Version, cfg.cluster, log)
+		pre = removeLeftoversBelow(nodeDir.f, nodePath, inst.Version, cfg.cluster, log)
 	}
 	var res Result
 	if p.target.st == stateLeftover || p.target.st == stateEmpty || p.target.st == stateNoData {
 		log.Warn("datadir: removing leftovers of an interrupted preparation", "dir", dir)
-		if err := removeUnfinished(node.f, p.target); err != nil {
+		if err := removeUnfinished(nodeDir.f, p.target); err != nil {
 			if p.target.st != stateLeftover {
 				// Judged empty, but something was written since (rmdir
 				// refuses): another holder of this version is preparing it.
@@ -408,7 +408,7 @@ func Prepare(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 		res.Redone = true
 	}
 
-	dst, err := makeDir(node.f, target, cfg.dirMode, true)
+	dst, err := makeDir(nodeDir.f, target, cfg.dirMode, true)
 	switch {
 	case errors.Is(err, fs.ErrExist):
 		// Created since it was judged: by another holder of this version.
@@ -438,14 +438,14 @@ func Prepare(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 			log.Warn("datadir: the failed target is left for the next preparation: the file system does not complete flushes", "dir", dir, "error", err)
 			return
 		}
-		if why := takenOver(node.f, target, dst, ours, cfg.tenure, markerStart); why != "" {
+		if why := takenOver(nodeDir.f, target, dst, ours, cfg.tenure, markerStart); why != "" {
 			err = fmt.Errorf("%w: %s %s, by another holder of this version: %w", ErrVersionUsed, dir, why, err)
 			return
 		}
 		// Positively ours and unfinished: remove it, so that a failed
 		// attempt (ENOSPC, an unreadable file) does not hold space or pile
 		// up. What cannot be removed now, the next Prepare or GC removes.
-		if rerr := removeFailedTarget(node.f, target, inst.Version, cfg.cluster, dst, ours); rerr != nil {
+		if rerr := removeFailedTarget(nodeDir.f, target, inst.Version, cfg.cluster, dst, ours); rerr != nil {
 			log.Warn("datadir: could not remove the failed target; the next preparation removes it", "dir", dir, "err", rerr)
 		} else {
 			log.Warn("datadir: removed the failed target", "dir", dir, "err", err)
@@ -482,7 +482,7 @@ func Prepare(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 	}
 
 	var (
-		from *nodeid.Version
+		from *node.Version
 		t    *tree
 	)
 	if p.source.dir != nil {
@@ -494,7 +494,7 @@ func Prepare(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 			return "", Result{}, fmt.Errorf("%w: source %s: %w", ErrValidation, p.source.name, err)
 		}
 		t = &tree{
-			ctx: ctx, cfg: cfg, log: log, node: node.r,
+			ctx: ctx, cfg: cfg, log: log, node: nodeDir.r,
 			src: p.source.name, dst: target,
 			srcDir: p.source.dir, dstDir: dst,
 			dstPath: dir,
@@ -569,7 +569,7 @@ func Prepare(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 		// the root (ErrForeignCluster) and stop us from claiming it.
 		log.Info("datadir: garbage collection skipped until the next preparation: this one claimed the data root", "root", root)
 	} else {
-		removed, err := collect(ctx, node.f, nodePath, inst.Version, cfg.keep, cfg.cluster, log)
+		removed, err := collect(ctx, nodeDir.f, nodePath, inst.Version, cfg.keep, cfg.cluster, log)
 		// Newest first, as collect lists them.
 		res.Removed = append(pre, removed...)
 		slices.SortStableFunc(res.Removed, func(a, b string) int {
@@ -607,7 +607,7 @@ func Prepare(ctx context.Context, root string, inst nodeid.NodeInstance, opts Op
 // ErrForeignCluster, and one not claimed yet is left alone (logged, nothing
 // removed): Collect never claims a root, and an unclaimed one may be another
 // cluster's. It returns the removed directories.
-func Collect(ctx context.Context, root string, inst nodeid.NodeInstance, opts Options) ([]string, error) {
+func Collect(ctx context.Context, root string, inst node.Instance, opts Options) ([]string, error) {
 	cfg, err := opts.config()
 	if err != nil {
 		return nil, err
@@ -737,7 +737,7 @@ const (
 // that swapping the name for something else meanwhile changes nothing.
 type entry struct {
 	name   string
-	v      nodeid.Version
+	v      node.Version
 	st     dirState
 	why    string      // what is wrong with a directory that is not valid
 	tenure string      // stateLeftover: the tenure its in-progress file names
@@ -756,7 +756,7 @@ func (e *entry) close() {
 // of version v. An error means the state could not be established (for
 // example an I/O error reading the marker); callers then must not remove
 // anything. The caller closes the entry.
-func inspect(node *os.File, name string, v nodeid.Version, c Cluster) (e entry, err error) {
+func inspect(node *os.File, name string, v node.Version, c Cluster) (e entry, err error) {
 	e = entry{name: name, v: v}
 	d, err := openDirAt(node, name)
 	switch {
@@ -814,19 +814,19 @@ func inspect(node *os.File, name string, v nodeid.Version, c Cluster) (e entry, 
 }
 
 // versionDirs lists the version directories of node in descending order.
-func versionDirs(node *os.File) ([]nodeid.Version, error) {
-	names, err := readDirNames(node)
+func versionDirs(nodeDir *os.File) ([]node.Version, error) {
+	names, err := readDirNames(nodeDir)
 	if err != nil {
 		return nil, fmt.Errorf("datadir: listing versions: %w", err)
 	}
-	var vs []nodeid.Version
+	var vs []node.Version
 	for _, n := range names {
 		if v, ok := parseVersionDirName(n); ok {
 			vs = append(vs, v)
 		}
 	}
 	// Descending: the newest first.
-	slices.SortFunc(vs, func(a, b nodeid.Version) int { return cmp.Compare(b, a) })
+	slices.SortFunc(vs, func(a, b node.Version) int { return cmp.Compare(b, a) })
 	return vs, nil
 }
 
@@ -847,7 +847,7 @@ func (p *plan) close() {
 // directory without a marker never was complete, but an unreadable marker
 // or a symlink or file named like a version cannot be judged. A target left
 // unfinished is redone only if it names tenure. The caller closes the plan.
-func planPrepare(node *os.File, nodePath string, k nodeid.Version, c Cluster, tenure string) (p plan, err error) {
+func planPrepare(node *os.File, nodePath string, k node.Version, c Cluster, tenure string) (p plan, err error) {
 	vs, err := versionDirs(node)
 	if err != nil {
 		return plan{}, err
@@ -934,7 +934,7 @@ func sourceStillValid(src entry, before Marker) error {
 
 // collect implements Collect on an open node directory; nodePath is only for
 // messages.
-func collect(ctx context.Context, node *os.File, nodePath string, current nodeid.Version, keep int, c Cluster, log *slog.Logger) ([]string, error) {
+func collect(ctx context.Context, node *os.File, nodePath string, current node.Version, keep int, c Cluster, log *slog.Logger) ([]string, error) {
 	vs, err := versionDirs(node)
 	if err != nil {
 		return nil, err
@@ -1117,7 +1117,7 @@ var errCompletedMeanwhile = errors.New("completed by its preparer meanwhile; lef
 // Prepare made, without a valid marker, and holding the in-progress file
 // ours that Prepare wrote. ours nil (no in-progress file yet) removes it
 // only if it is empty (rmdir).
-func removeFailedTarget(node *os.File, name string, v nodeid.Version, c Cluster, dst *os.File, ours *unix.Stat_t) error {
+func removeFailedTarget(node *os.File, name string, v node.Version, c Cluster, dst *os.File, ours *unix.Stat_t) error {
 	if ours == nil {
 		return rmdirAt(node, name, dst)
 	}
@@ -1170,7 +1170,7 @@ func removeFailedTarget(node *os.File, name string, v nodeid.Version, c Cluster,
 // (our leftovers, empty ones, ones with only an in-progress file) below
 // version k, as GC would after the preparation: their tenure is over.
 // Errors are logged: what is left, GC tries again.
-func removeLeftoversBelow(node *os.File, nodePath string, k nodeid.Version, c Cluster, log *slog.Logger) (removed []string) {
+func removeLeftoversBelow(node *os.File, nodePath string, k node.Version, c Cluster, log *slog.Logger) (removed []string) {
 	vs, err := versionDirs(node)
 	if err != nil {
 		log.Warn("datadir: listing leftovers", "dir", nodePath, "err", err)
