@@ -48,7 +48,7 @@ func Collect(ctx context.Context, root string, inst node.Instance, opts Options)
 	case claim:
 		// Not claimed yet: it may be another cluster's, still in use.
 		// Prepare claims it and deletes nothing then either.
-		log.Warn("datadir: garbage collection skipped: the data root is not claimed by this cluster", "root", root, "cluster", cfg.cluster.String())
+		log.Warn("garbage collection skipped: the data root is not claimed by this cluster", "root", root, "cluster", cfg.cluster.String())
 		return nil, nil
 	}
 	node, err := openNodeDir(rootDir, nodeDirName(inst.ID), 0, false)
@@ -105,11 +105,11 @@ func collect(ctx context.Context, node *os.File, nodePath string, current node.V
 			errs = append(errs, fmt.Errorf("datadir: removing %s: %w", name, err))
 			continue
 		}
-		log.Info("datadir: removed old version", "dir", p, "was_valid", e.st == stateValid)
+		log.Info("removed old version", "dir", p, "was_valid", e.st == stateValid)
 		removed = append(removed, p)
 	}
 	if len(notOurs) > 0 {
-		log.Warn("datadir: not ours, left in place", "dirs", notOurs,
+		log.Warn("not ours, left in place", "dirs", notOurs,
 			"why", "no valid marker and no in-progress file of this cluster; remove them by hand once checked")
 	}
 	return removed, errors.Join(errs...)
@@ -204,7 +204,7 @@ func removeLeftover(node *os.File, e entry) error {
 func removeLeftoversBelow(node *os.File, nodePath string, k node.Version, c Cluster, log *slog.Logger) (removed []string) {
 	vs, err := versionDirs(node)
 	if err != nil {
-		log.Warn("datadir: listing leftovers", "dir", nodePath, "err", err)
+		log.Warn("listing leftovers", "dir", nodePath, "err", err)
 		return nil
 	}
 	for _, v := range vs {
@@ -214,14 +214,14 @@ func removeLeftoversBelow(node *os.File, nodePath string, k node.Version, c Clus
 		name := versionDirName(v)
 		e, err := inspect(node, name, v, c)
 		if err != nil {
-			log.Warn("datadir: judging a leftover", "dir", filepath.Join(nodePath, name), "err", err)
+			log.Warn("judging a leftover", "dir", filepath.Join(nodePath, name), "err", err)
 			continue
 		}
 		if e.st == stateLeftover || e.st == stateEmpty || e.st == stateNoData {
 			if err := removeUnfinished(node, e); err != nil {
-				log.Warn("datadir: removing a leftover", "dir", filepath.Join(nodePath, name), "err", err)
+				log.Warn("removing a leftover", "dir", filepath.Join(nodePath, name), "err", err)
 			} else {
-				log.Info("datadir: removed a leftover before preparing", "dir", filepath.Join(nodePath, name))
+				log.Info("removed a leftover before preparing", "dir", filepath.Join(nodePath, name))
 				removed = append(removed, filepath.Join(nodePath, name))
 			}
 		}

@@ -45,7 +45,7 @@ func (t *tree) copyDir(j *dirJob) {
 			t.skipped.Add(1)
 		case actSpecial:
 			t.skipped.Add(1)
-			t.log.Warn("datadir: leaving out a special file", "path", rel, "type", e.Type().String())
+			t.log.Warn("leaving out a special file", "path", rel, "type", e.Type().String())
 		case actDir:
 			j.start()
 			t.pool.add(func() { t.copySubdir(j, name, rel) })

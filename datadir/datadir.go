@@ -115,7 +115,8 @@ type Options struct {
 	// so a tree of few large directories gains less.
 	Workers int
 
-	// Logger receives progress and decisions; nil means slog.Default().
+	// Logger receives progress and decisions, with component=datadir;
+	// nil means slog.Default().
 	Logger *slog.Logger
 
 	// Cluster is the cluster this task belongs to (see Cluster). The zero
@@ -238,6 +239,7 @@ func (o Options) config() (*config, error) {
 	if c.log == nil {
 		c.log = slog.Default()
 	}
+	c.log = c.log.With("component", "datadir")
 	return c, nil
 }
 

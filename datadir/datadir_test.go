@@ -885,11 +885,11 @@ func TestProgressIsLogged(t *testing.T) {
 		attrs := map[string]slog.Value{}
 		r.Attrs(func(a slog.Attr) bool { attrs[a.Key] = a.Value; return true })
 		switch r.Message {
-		case "datadir: copying":
+		case "copying":
 			if attrs["files_copied"].Int64() > 0 && attrs["bytes_copied"].Int64() > 0 {
 				progress++
 			}
-		case "datadir: prepared":
+		case "prepared":
 			if attrs["files_copied"].Int64() == 10 && attrs["bytes_copied"].Int64() == 100 {
 				final++
 			}

@@ -120,7 +120,7 @@ func claimOwner(root *os.Root, rootPath string, c Cluster, log *slog.Logger) (bo
 	if err := syncFile(dir); err != nil {
 		return false, fmt.Errorf("datadir: %w", err)
 	}
-	log.Info("datadir: data root claimed for this cluster", "root", rootPath, "cluster", c.String(),
+	log.Info("data root claimed for this cluster", "root", rootPath, "cluster", c.String(),
 		"adopted", hasNodeDirs(root))
 	return true, nil
 }

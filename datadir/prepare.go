@@ -104,7 +104,7 @@ func Prepare(ctx context.Context, root string, inst node.Instance, opts Options)
 	}
 	var res Result
 	if p.target.st == stateLeftover || p.target.st == stateEmpty || p.target.st == stateNoData {
-		log.Warn("datadir: removing leftovers of an interrupted preparation", "dir", dir)
+		log.Warn("removing leftovers of an interrupted preparation", "dir", dir)
 		if err := removeUnfinished(nodeDir.f, p.target); err != nil {
 			if p.target.st != stateLeftover {
 				// Judged empty, but something was written since (rmdir
@@ -144,7 +144,7 @@ func Prepare(ctx context.Context, root string, inst node.Instance, opts Options)
 		}
 		if errors.Is(err, ErrSyncTimeout) {
 			// Removing it would wait on the same server (and fsync).
-			log.Warn("datadir: the failed target is left for the next preparation: the file system does not complete flushes", "dir", dir, "error", err)
+			log.Warn("the failed target is left for the next preparation: the file system does not complete flushes", "dir", dir, "error", err)
 			return
 		}
 		if why := takenOver(nodeDir.f, target, dst, ours, cfg.tenure, markerStart); why != "" {
@@ -155,9 +155,9 @@ func Prepare(ctx context.Context, root string, inst node.Instance, opts Options)
 		// attempt (ENOSPC, an unreadable file) does not hold space or pile
 		// up. What cannot be removed now, the next Prepare or GC removes.
 		if rerr := removeFailedTarget(nodeDir.f, target, inst.Version, cfg.cluster, dst, ours); rerr != nil {
-			log.Warn("datadir: could not remove the failed target; the next preparation removes it", "dir", dir, "err", rerr)
+			log.Warn("could not remove the failed target; the next preparation removes it", "dir", dir, "err", rerr)
 		} else {
-			log.Warn("datadir: removed the failed target", "dir", dir, "err", err)
+			log.Warn("removed the failed target", "dir", dir, "err", err)
 		}
 	}()
 	if testHookAfterMkdir != nil {
@@ -197,7 +197,7 @@ func Prepare(ctx context.Context, root string, inst node.Instance, opts Options)
 	if p.source.dir != nil {
 		src := p.source.v
 		res.HasSource, res.Source, from = true, src, &src
-		log.Info("datadir: preparing from previous version", "source", int64(src), "graceful", cfg.graceful)
+		log.Info("preparing from previous version", "source", int64(src), "graceful", cfg.graceful)
 		before, err := readMarker(p.source.dir, src)
 		if err != nil {
 			return "", Result{}, fmt.Errorf("%w: source %s: %w", ErrValidation, p.source.name, err)
@@ -221,7 +221,7 @@ func Prepare(ctx context.Context, root string, inst node.Instance, opts Options)
 			return "", Result{}, fmt.Errorf("datadir: %w", err)
 		}
 	} else {
-		log.Info("datadir: no valid previous version, starting empty")
+		log.Info("no valid previous version, starting empty")
 	}
 
 	// Everything below the marker must be durable before the marker is.
@@ -263,11 +263,11 @@ func Prepare(ctx context.Context, root string, inst node.Instance, opts Options)
 	switch err := unlinkAt(dst, PreparingName); {
 	case errors.Is(err, fs.ErrNotExist):
 		if rerr := unmark(dst); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
-			log.Warn("datadir: cannot remove the marker of a directory taken for removal", "dir", dir, "err", rerr)
+			log.Warn("cannot remove the marker of a directory taken for removal", "dir", dir, "err", rerr)
 		}
 		return "", Result{}, fmt.Errorf("%w: %s was taken for removal by a later tenure's cleanup while it was completed", ErrVersionUsed, dir)
 	case err != nil:
-		log.Warn("datadir: cannot remove the in-progress file", "dir", dir, "err", err)
+		log.Warn("cannot remove the in-progress file", "dir", dir, "err", err)
 	}
 
 	p.close() // GC may remove the source
@@ -276,7 +276,7 @@ func Prepare(ctx context.Context, root string, inst node.Instance, opts Options)
 		// release's, or Camunda's) still in use: delete nothing of it
 		// until that cluster's next start has had the chance to refuse
 		// the root (ErrForeignCluster) and stop us from claiming it.
-		log.Info("datadir: garbage collection skipped until the next preparation: this one claimed the data root", "root", root)
+		log.Info("garbage collection skipped until the next preparation: this one claimed the data root", "root", root)
 	} else {
 		removed, err := collect(ctx, nodeDir.f, nodePath, inst.Version, cfg.keep, cfg.cluster, log)
 		// Newest first, as collect lists them.
@@ -287,7 +287,7 @@ func Prepare(ctx context.Context, root string, inst node.Instance, opts Options)
 			return cmp.Compare(vb, va)
 		})
 		if err != nil {
-			log.Warn("datadir: garbage collection failed", "err", err)
+			log.Warn("garbage collection failed", "err", err)
 		}
 	}
 	res.Duration = time.Since(start)
@@ -295,7 +295,7 @@ func Prepare(ctx context.Context, root string, inst node.Instance, opts Options)
 	if res.HasSource {
 		fromVersion = int64(res.Source)
 	}
-	log.Info("datadir: prepared", "dir", dir, "from_version", fromVersion,
+	log.Info("prepared", "dir", dir, "from_version", fromVersion,
 		"files_copied", res.FilesCopied, "bytes_copied", res.BytesCopied,
 		"files_linked", res.FilesLinked, "bytes_linked", res.BytesLinked,
 		"removed", len(res.Removed), "duration", res.Duration)

@@ -236,7 +236,7 @@ func TestGCLeavesWhatIsNotOurs(t *testing.T) {
 			// One line per GC run names them all.
 			var lines []string
 			for _, r := range rec.recs {
-				if r.Message == "datadir: not ours, left in place" {
+				if r.Message == "not ours, left in place" {
 					r.Attrs(func(a slog.Attr) bool {
 						if a.Key == "dirs" {
 							lines = append(lines, a.Value.String())
@@ -503,7 +503,7 @@ func TestAdoptingPrepareDeletesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Removed) != 0 || !rec.has("datadir: garbage collection skipped until the next preparation: this one claimed the data root") {
+	if len(res.Removed) != 0 || !rec.has("garbage collection skipped until the next preparation: this one claimed the data root") {
 		t.Errorf("the adopting Prepare removed %v; want nothing, and a log line saying so", res.Removed)
 	}
 	after := snapshotTree(t, node)

@@ -268,7 +268,7 @@ func (t *tree) logProgress() (stop func()) {
 			case <-done:
 				return
 			case <-tick.C:
-				t.log.Info("datadir: copying",
+				t.log.Info("copying",
 					"files_copied", t.filesCopied.Load(), "bytes_copied", t.bytesCopied.Load(),
 					"files_linked", t.filesLinked.Load(), "bytes_linked", t.bytesLinked.Load(),
 					"elapsed", time.Since(start).Round(time.Millisecond))
