@@ -64,34 +64,7 @@ func ver(v nodeid.Version) *nodeid.Version { return &v }
 // regular files with their content, symlinks as "-> target".
 func snapshotTree(t *testing.T, root string) map[string]string {
 	t.Helper()
-	got := map[string]string{}
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, p)
-		switch {
-		case d.IsDir():
-			got[rel] = "dir"
-		case d.Type()&fs.ModeSymlink != 0:
-			target, err := os.Readlink(p)
-			if err != nil {
-				return err
-			}
-			got[rel] = "-> " + target
-		default:
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			got[rel] = string(b)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return got
+	return readTree(t, root, func(string, fs.DirEntry) bool { return true })
 }
 
 // A valid version at or above the target means the lease's version went
