@@ -11,6 +11,8 @@ import (
 	"github.com/nodeid/nodeid/node"
 )
 
+// dirState is what inspect found under a version directory's name; only
+// the states that are positively ours or hold nothing may be removed.
 type dirState int
 
 const (
