@@ -11,8 +11,9 @@ import (
 	"github.com/nodeid/nodeid/node"
 )
 
-// dirState is what inspect found under a version directory's name; only
-// the states that are positively ours or hold nothing may be removed.
+// dirState is what inspect found under a version directory's name. GC
+// removes only stateValid (beyond Keep), stateLeftover, stateEmpty and
+// stateNoData; the others cannot be identified and are left in place.
 type dirState int
 
 const (
