@@ -57,15 +57,7 @@ func TestCamundaGCDuringTheFlushFailsThePreparation(t *testing.T) {
 		t.Fatal(err)
 	}
 	victim := filepath.Join(target, "raft-partition/partitions/1/log-1.log")
-	deadline := time.Now().Add(20 * time.Second)
-	for !exists(t, victim) {
-		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			cmd.Wait()
-			t.Fatalf("A never copied %s; output:\n%s", victim, out.String())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	awaitPath(t, cmd, &out, victim, "copied")
 	time.Sleep(500 * time.Millisecond) // A is in its delayed syncfs by now
 	// Camunda's GC: v5 has no valid marker, so it is deleted, file by file.
 	if err := os.Remove(victim); err != nil {

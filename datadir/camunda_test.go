@@ -353,7 +353,7 @@ func TestCamundaRootIsTakenOver(t *testing.T) {
 			}
 			// The adopting Prepare deletes nothing: the root may still be
 			// in use by another cluster, whose next start refuses it.
-			if len(res.Removed) != 0 || !rec.has("datadir: garbage collection skipped until the next preparation: this one claimed the data root") {
+			if len(res.Removed) != 0 || !rec.has("garbage collection skipped until the next preparation: this one claimed the data root") {
 				t.Errorf("adopting Prepare removed %v, want nothing, and a log line saying so", res.Removed)
 			}
 			// The next GC keeps 2 of the valid versions (v4, v2): v1 goes;
@@ -368,7 +368,7 @@ func TestCamundaRootIsTakenOver(t *testing.T) {
 			for d, before := range keep {
 				equalMaps(t, snapshotTree(t, d), before)
 			}
-			if !rec.has("datadir: not ours, left in place") {
+			if !rec.has("not ours, left in place") {
 				t.Error("the invalid directories left in place were not logged")
 			}
 			// Adopted: our ownership file, at the root where Camunda never looks.

@@ -40,10 +40,10 @@ func TestOnlyThePreparationThatClaimedTheRootSkipsGC(t *testing.T) {
 		wg.Wait()
 		claimed, skipped := 0, 0
 		for _, r := range recs {
-			if r.has("datadir: data root claimed for this cluster") {
+			if r.has("data root claimed for this cluster") {
 				claimed++
 			}
-			if r.has("datadir: garbage collection skipped until the next preparation: this one claimed the data root") {
+			if r.has("garbage collection skipped until the next preparation: this one claimed the data root") {
 				skipped++
 			}
 		}

@@ -29,7 +29,7 @@ func TestCollectOnAnUnownedRootDeletesNothing(t *testing.T) {
 		t.Errorf("Collect for cluster A on an unowned root removed %v (another cluster's valid versions)", removed)
 	}
 	equalMaps(t, snapshotTree(t, node), before)
-	if !rec.has("datadir: garbage collection skipped: the data root is not claimed by this cluster") {
+	if !rec.has("garbage collection skipped: the data root is not claimed by this cluster") {
 		t.Error("the skipped collection was not logged")
 	}
 	if exists(t, filepath.Join(root, OwnerName)) {

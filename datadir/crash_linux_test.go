@@ -25,26 +25,15 @@ func readOnlyDir(t *testing.T) string {
 		t.Cleanup(func() { os.Chmod(dir, 0o755) })
 		return dir
 	}
-	f, err := os.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	flags, err := unix.IoctlGetUint32(int(f.Fd()), unix.FS_IOC_GETFLAGS)
+	flags, err := inodeFlags(dir)
 	if err != nil {
 		t.Fatalf("reading inode flags of %s: %v", dir, err)
 	}
-	if err := unix.IoctlSetPointerInt(int(f.Fd()), unix.FS_IOC_SETFLAGS, int(flags|fsImmutableFL)); err != nil {
+	if err := setInodeFlags(dir, flags|fsImmutableFL); err != nil {
 		t.Fatalf("setting the immutable flag on %s (needed as root): %v", dir, err)
 	}
 	t.Cleanup(func() {
-		f, err := os.Open(dir)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer f.Close()
-		if err := unix.IoctlSetPointerInt(int(f.Fd()), unix.FS_IOC_SETFLAGS, int(flags)); err != nil {
+		if err := setInodeFlags(dir, flags); err != nil {
 			t.Error(err)
 		}
 	})
@@ -53,6 +42,26 @@ func readOnlyDir(t *testing.T) string {
 
 // fsImmutableFL is FS_IMMUTABLE_FL from linux/fs.h (chattr +i).
 const fsImmutableFL = 0x10
+
+// inodeFlags reads the inode flags of path (lsattr).
+func inodeFlags(path string) (uint32, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	return unix.IoctlGetUint32(int(f.Fd()), unix.FS_IOC_GETFLAGS)
+}
+
+// setInodeFlags sets the inode flags of path (chattr).
+func setInodeFlags(path string, flags uint32) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return unix.IoctlSetPointerInt(int(f.Fd()), unix.FS_IOC_SETFLAGS, int(flags))
+}
 
 const crashChildEnv = "DATADIR_TEST_CRASH_ROOT"
 

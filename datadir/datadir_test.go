@@ -62,22 +62,34 @@ func makeVersion(t *testing.T, root string, id int, v nodeid.Version, files map[
 // (path -> "-> target") below dir, without the marker.
 func contents(t *testing.T, dir string) map[string]string {
 	t.Helper()
+	return readTree(t, dir, func(rel string, d fs.DirEntry) bool {
+		return rel != MarkerName && (d.Type()&fs.ModeSymlink != 0 || d.Type().IsRegular())
+	})
+}
+
+// readTree returns the entries below root that keep admits, by slash
+// path: directories as "dir", symlinks as "-> target", other files with
+// their content.
+func readTree(t *testing.T, root string, keep func(rel string, d fs.DirEntry) bool) map[string]string {
+	t.Helper()
 	got := map[string]string{}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		rel, _ := filepath.Rel(dir, p)
+		rel, _ := filepath.Rel(root, p)
 		rel = filepath.ToSlash(rel)
 		switch {
-		case rel == MarkerName:
+		case !keep(rel, d):
+		case d.IsDir():
+			got[rel] = "dir"
 		case d.Type()&fs.ModeSymlink != 0:
 			target, err := os.Readlink(p)
 			if err != nil {
 				return err
 			}
 			got[rel] = "-> " + target
-		case d.Type().IsRegular():
+		default:
 			b, err := os.ReadFile(p)
 			if err != nil {
 				return err
@@ -885,11 +897,11 @@ func TestProgressIsLogged(t *testing.T) {
 		attrs := map[string]slog.Value{}
 		r.Attrs(func(a slog.Attr) bool { attrs[a.Key] = a.Value; return true })
 		switch r.Message {
-		case "datadir: copying":
+		case "copying":
 			if attrs["files_copied"].Int64() > 0 && attrs["bytes_copied"].Int64() > 0 {
 				progress++
 			}
-		case "datadir: prepared":
+		case "prepared":
 			if attrs["files_copied"].Int64() == 10 && attrs["bytes_copied"].Int64() == 100 {
 				final++
 			}

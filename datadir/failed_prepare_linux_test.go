@@ -6,9 +6,11 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/nodeid/nodeid/nodeid"
 )
@@ -114,4 +116,49 @@ func smallTmpfsRoot(t *testing.T) (mnt, root string) {
 		t.Fatal(err)
 	}
 	return mnt, root
+}
+
+// Review rev18, checked and sound: a preparation cancelled (or failing) in
+// the middle of a parallel copy leaves no goroutine behind, writes nothing
+// after it returned, leaves no marker and removes its partial target.
+func TestRev18CancelledParallelCopyLeavesNothingRunning(t *testing.T) {
+	for _, fail := range []bool{false, true} {
+		t.Run(map[bool]string{false: "cancelled", true: "failing file"}[fail], func(t *testing.T) {
+			root := t.TempDir()
+			files := map[string]string{}
+			for d := range 8 {
+				for f := range 40 {
+					files[filepath.Join(string(rune('a'+d)), "sub", string(rune('a'+f%26))+string(rune('a'+f/26)))] = "data"
+				}
+			}
+			src := makeVersion(t, root, 0, 1, files, 1)
+			if fail {
+				// One directory fails mid-walk: ErrUnsafeSymlink.
+				if err := os.Symlink("/etc", filepath.Join(src, "c/sub/zz")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before := runtime.NumGoroutine()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			n := 0
+			setHook(t, &testHookFile, func(rel string) {
+				if n++; n == 100 && !fail {
+					cancel()
+				}
+			})
+			opts := Options{Logger: quiet, Workers: 32}
+			_, _, err := Prepare(ctx, root, inst(0, 2), opts)
+			if err == nil {
+				t.Fatal("Prepare succeeded")
+			}
+			time.Sleep(100 * time.Millisecond)
+			if g := runtime.NumGoroutine(); g > before {
+				t.Errorf("%d goroutines after Prepare returned, %d before (%v)", g, before, err)
+			}
+			if exists(t, Dir(root, inst(0, 2))) {
+				t.Errorf("the failed target stayed (%v)", err)
+			}
+		})
+	}
 }

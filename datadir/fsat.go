@@ -322,3 +322,33 @@ func makeWritable(d *os.File) error {
 	}
 	return nil
 }
+
+func fstatat(dirfd int, name string, st *unix.Stat_t) error {
+	if err := unix.Fstatat(dirfd, name, st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return &os.PathError{Op: "fstatat", Path: name, Err: err}
+	}
+	return nil
+}
+
+func readlinkat(dirfd int, name string) (string, error) {
+	for n := 256; ; n *= 2 {
+		buf := make([]byte, n)
+		m, err := unix.Readlinkat(dirfd, name, buf)
+		if err != nil {
+			return "", &os.PathError{Op: "readlinkat", Path: name, Err: err}
+		}
+		if m < n {
+			return string(buf[:m]), nil
+		}
+	}
+}
+
+// openFileAt opens the file name in dir for reading, without following a
+// symlink.
+func openFileAt(dir *os.File, name string) (*os.File, error) {
+	fd, err := unix.Openat(int(dir.Fd()), name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "openat", Path: path.Join(dir.Name(), name), Err: err}
+	}
+	return os.NewFile(uintptr(fd), path.Join(dir.Name(), name)), nil
+}

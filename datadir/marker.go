@@ -12,7 +12,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/nodeid/nodeid/nodeid"
+	"github.com/nodeid/nodeid/node"
 )
 
 // Marker is the content of MarkerName, in Camunda 8.9's form (see
@@ -27,10 +27,10 @@ type Marker struct {
 	// Version is the version of the directory that holds the marker. A marker
 	// naming another version (a directory renamed or copied by hand) does not
 	// make the directory valid.
-	Version nodeid.Version `json:"version"`
+	Version node.Version `json:"version"`
 	// InitializedFrom is the version the directory was prepared from, or nil
 	// if it started empty.
-	InitializedFrom *nodeid.Version `json:"initializedFrom"`
+	InitializedFrom *node.Version `json:"initializedFrom"`
 }
 
 // Why a version directory has no valid marker: errNoMarker (none at all) or
@@ -61,7 +61,7 @@ func decodeStrict(b []byte, v any) error {
 }
 
 // readMarker reads and checks the marker of the version directory dir.
-func readMarker(dir *os.File, v nodeid.Version) (Marker, error) {
+func readMarker(dir *os.File, v node.Version) (Marker, error) {
 	name := path.Join(dir.Name(), MarkerName)
 	b, err := readSmallFileAt(dir, MarkerName)
 	switch {
@@ -76,8 +76,8 @@ func readMarker(dir *os.File, v nodeid.Version) (Marker, error) {
 	// write must not pass as version 0.
 	var w struct {
 		InitializedAt   json.RawMessage `json:"initializedAt"`
-		Version         *nodeid.Version `json:"version"`
-		InitializedFrom *nodeid.Version `json:"initializedFrom"`
+		Version         *node.Version   `json:"version"`
+		InitializedFrom *node.Version   `json:"initializedFrom"`
 	}
 	if err := decodeStrict(b, &w); err != nil {
 		// Empty, or a prefix of JSON: a crash while the marker was written
@@ -142,8 +142,8 @@ func (m Marker) MarshalJSON() ([]byte, error) {
 func (m *Marker) UnmarshalJSON(b []byte) error {
 	var w struct {
 		InitializedAt   json.RawMessage `json:"initializedAt"`
-		Version         nodeid.Version  `json:"version"`
-		InitializedFrom *nodeid.Version `json:"initializedFrom"`
+		Version         node.Version    `json:"version"`
+		InitializedFrom *node.Version   `json:"initializedFrom"`
 	}
 	if err := json.Unmarshal(b, &w); err != nil {
 		return err

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 
-	"github.com/nodeid/nodeid/nodeid"
+	"github.com/nodeid/nodeid/node"
 )
 
 // Newest returns the newest valid version directory of node id under root,
@@ -16,7 +16,7 @@ import (
 // passed over, and an entry above the newest valid version that cannot be
 // judged (an unreadable marker that is not c's leftover, a symlink or file
 // named like a version) is ErrUnrecognized.
-func Newest(root string, id int, c Cluster) (nodeid.Version, bool, error) {
+func Newest(root string, id int, c Cluster) (node.Version, bool, error) {
 	if id < 0 {
 		return 0, false, ErrInvalid
 	}

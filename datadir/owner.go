@@ -15,7 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nodeid/nodeid/nodeid"
+	"github.com/nodeid/nodeid/node"
 )
 
 // Cluster identifies a cluster by where its leases live. Prepare records it
@@ -120,7 +120,7 @@ func claimOwner(root *os.Root, rootPath string, c Cluster, log *slog.Logger) (bo
 	if err := syncFile(dir); err != nil {
 		return false, fmt.Errorf("datadir: %w", err)
 	}
-	log.Info("datadir: data root claimed for this cluster", "root", rootPath, "cluster", c.String(),
+	log.Info("data root claimed for this cluster", "root", rootPath, "cluster", c.String(),
 		"adopted", hasNodeDirs(root))
 	return true, nil
 }
@@ -138,17 +138,17 @@ func hasNodeDirs(root *os.Root) bool {
 }
 
 type inProgress struct {
-	Version nodeid.Version `json:"version"`
-	Bucket  string         `json:"bucket"`
-	Prefix  string         `json:"prefix"`
-	Tenure  string         `json:"tenure"` // absent in files of earlier releases: ""
+	Version node.Version `json:"version"`
+	Bucket  string       `json:"bucket"`
+	Prefix  string       `json:"prefix"`
+	Tenure  string       `json:"tenure"` // absent in files of earlier releases: ""
 }
 
 // writeInProgress marks the version directory dir as ours and unfinished,
 // prepared by tenure ("" for GC's removals: no tenure may redo those).
 // With replace, an existing in-progress file is unlinked first, never
 // written through.
-func writeInProgress(dir *os.File, v nodeid.Version, c Cluster, tenure string, replace bool) error {
+func writeInProgress(dir *os.File, v node.Version, c Cluster, tenure string, replace bool) error {
 	b, err := json.Marshal(inProgress{Version: v, Bucket: c.Bucket, Prefix: c.Prefix, Tenure: tenure})
 	if err != nil {
 		return err
@@ -204,10 +204,10 @@ func onlyInProgress(dir *os.File, c Cluster) (lone unix.Stat_t, ok bool, err err
 // bucket and prefix are present. A missing tenure (earlier releases) is "".
 func parseInProgress(b []byte) (ip inProgress, ok bool) {
 	var w struct {
-		Version *nodeid.Version `json:"version"`
-		Bucket  *string         `json:"bucket"`
-		Prefix  *string         `json:"prefix"`
-		Tenure  string          `json:"tenure"`
+		Version *node.Version `json:"version"`
+		Bucket  *string       `json:"bucket"`
+		Prefix  *string       `json:"prefix"`
+		Tenure  string        `json:"tenure"`
 	}
 	if decodeStrict(b, &w) != nil || w.Version == nil || w.Bucket == nil || w.Prefix == nil {
 		return inProgress{}, false
@@ -218,7 +218,7 @@ func parseInProgress(b []byte) (ip inProgress, ok bool) {
 // ownLeftover reports whether dir holds an in-progress file naming version v
 // and cluster c, and the tenure it names. Only an I/O error is an error: a
 // missing or unreadable file just does not prove anything.
-func ownLeftover(dir *os.File, v nodeid.Version, c Cluster) (ours bool, tenure string, err error) {
+func ownLeftover(dir *os.File, v node.Version, c Cluster) (ours bool, tenure string, err error) {
 	b, err := readSmallFileAt(dir, PreparingName)
 	switch {
 	case errors.Is(err, fs.ErrNotExist), errors.Is(err, errBadFile):

@@ -64,34 +64,7 @@ func ver(v nodeid.Version) *nodeid.Version { return &v }
 // regular files with their content, symlinks as "-> target".
 func snapshotTree(t *testing.T, root string) map[string]string {
 	t.Helper()
-	got := map[string]string{}
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, p)
-		switch {
-		case d.IsDir():
-			got[rel] = "dir"
-		case d.Type()&fs.ModeSymlink != 0:
-			target, err := os.Readlink(p)
-			if err != nil {
-				return err
-			}
-			got[rel] = "-> " + target
-		default:
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			got[rel] = string(b)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return got
+	return readTree(t, root, func(string, fs.DirEntry) bool { return true })
 }
 
 // A valid version at or above the target means the lease's version went
@@ -236,7 +209,7 @@ func TestGCLeavesWhatIsNotOurs(t *testing.T) {
 			// One line per GC run names them all.
 			var lines []string
 			for _, r := range rec.recs {
-				if r.Message == "datadir: not ours, left in place" {
+				if r.Message == "not ours, left in place" {
 					r.Attrs(func(a slog.Attr) bool {
 						if a.Key == "dirs" {
 							lines = append(lines, a.Value.String())
@@ -503,7 +476,7 @@ func TestAdoptingPrepareDeletesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Removed) != 0 || !rec.has("datadir: garbage collection skipped until the next preparation: this one claimed the data root") {
+	if len(res.Removed) != 0 || !rec.has("garbage collection skipped until the next preparation: this one claimed the data root") {
 		t.Errorf("the adopting Prepare removed %v; want nothing, and a log line saying so", res.Removed)
 	}
 	after := snapshotTree(t, node)

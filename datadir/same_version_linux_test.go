@@ -54,15 +54,7 @@ func TestLoserOfARaceRightAfterItsMkdirIsRefused(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for !exists(t, target) {
-		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			cmd.Wait()
-			t.Fatalf("A never created %s; output:\n%s", target, out.String())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	awaitPath(t, cmd, &out, target, "created")
 	// A sits in its mkdirat; B, the other holder of v2, goes on.
 	dirB, resB, errB := Prepare(context.Background(), root, inst(0, 2), Options{Cluster: clusterA, Tenure: "task-b", SettleTime: time.Minute, Logger: quiet})
 	if errB != nil {
@@ -89,5 +81,20 @@ func TestLoserOfARaceRightAfterItsMkdirIsRefused(t *testing.T) {
 	if exists(t, filepath.Join(dirB, PreparingName)) {
 		b, _ := os.ReadFile(filepath.Join(dirB, PreparingName))
 		t.Errorf("A wrote its in-progress file into B's completed v2: %s", b)
+	}
+}
+
+// awaitPath waits up to 20 seconds for p to appear while the child cmd
+// runs; otherwise it kills the child and fails with its output.
+func awaitPath(t *testing.T, cmd *exec.Cmd, out *bytes.Buffer, p, what string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !exists(t, p) {
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("A never %s %s; output:\n%s", what, p, out.String())
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

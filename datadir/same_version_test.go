@@ -76,7 +76,7 @@ func TestSameVersionInFlightIsRefused(t *testing.T) {
 
 			aInFlight, aGo := make(chan struct{}), make(chan struct{})
 			a := goPrepare(root, inst(0, 2), Options{Cluster: clusterA, Tenure: "task-a", Logger: slog.New(&pauseAt{
-				msg: "datadir: preparing from previous version",
+				msg: "preparing from previous version",
 				on:  func() { close(aInFlight); <-aGo },
 			})})
 			waitOr(t, aInFlight, "A in flight")
@@ -167,7 +167,7 @@ func TestEmptyTargetAtMostOnePreparerProceeds(t *testing.T) {
 		makeVersion(t, root, 0, 2, nil, -1)
 		bJudged, bGo := make(chan struct{}), make(chan struct{})
 		b := goPrepare(root, inst(0, 2), Options{Tenure: "task-b", Logger: slog.New(&pauseAt{
-			msg: "datadir: removing leftovers of an interrupted preparation",
+			msg: "removing leftovers of an interrupted preparation",
 			on:  func() { close(bJudged); <-bGo },
 		})})
 		waitOr(t, bJudged, "B's judgement")
@@ -184,7 +184,7 @@ func TestEmptyTargetAtMostOnePreparerProceeds(t *testing.T) {
 		target := makeVersion(t, root, 0, 2, map[string]string{PreparingName: ""}, -1)
 		bJudged, bGo := make(chan struct{}), make(chan struct{})
 		b := goPrepare(root, inst(0, 2), Options{Tenure: "task-b", Logger: slog.New(&pauseAt{
-			msg: "datadir: removing leftovers of an interrupted preparation",
+			msg: "removing leftovers of an interrupted preparation",
 			on:  func() { close(bJudged); <-bGo },
 		})})
 		waitOr(t, bJudged, "B's judgement")
@@ -219,7 +219,7 @@ func TestTargetCreatedAfterJudgementIsVersionUsed(t *testing.T) {
 
 	var ra prepResult
 	b := goPrepare(root, inst(0, 2), Options{Cluster: clusterA, Logger: slog.New(&pauseAt{
-		msg: "datadir: data root claimed for this cluster",
+		msg: "data root claimed for this cluster",
 		on: func() {
 			dir, res, err := Prepare(context.Background(), root, inst(0, 2), Options{Cluster: clusterA, Logger: quiet})
 			ra = prepResult{dir, res, err}

@@ -80,3 +80,42 @@ func createSparse(t *testing.T, path string) *os.File {
 	}
 	return f
 }
+
+// Review rev18, break 2 (docs: "A regular file is copied segment by segment,
+// keeping its holes"). The new shortcut in copyData treats a file as
+// without holes when st_blocks*512 >= st_size. Blocks preallocated past
+// EOF (fallocate FALLOC_FL_KEEP_SIZE, as RocksDB and journal writers do,
+// or XFS speculative preallocation) make a sparse file pass that test; it
+// is then copied whole: every hole becomes allocated zeros in the copy (a
+// 16 MiB file with 8 KiB of data costs 16 MiB in the target, which can
+// turn a preparation that fits into ENOSPC). Content is equal.
+func TestRev18SparseFileWithPreallocationIsCopiedDense(t *testing.T) {
+	root := t.TempDir()
+	src := makeVersion(t, root, 0, 1, nil, 1)
+	p := filepath.Join(src, "sparse")
+	f := createSparse(t, p)
+	// Preallocated, past the end: the size stays 16 MiB.
+	if err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_KEEP_SIZE, 16<<20, 16<<20); err != nil {
+		t.Skipf("fallocate KEEP_SIZE: %v", err)
+	}
+	hole, err := unix.Seek(int(f.Fd()), 0, unix.SEEK_HOLE)
+	f.Close()
+	if err != nil || hole != 4096 {
+		t.Skipf("source has no hole at 4096 on this file system (%d, %v)", hole, err)
+	}
+	dir, _ := mustPrepare(t, root, inst(0, 2), Options{VerifyContent: true})
+	var dst syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(dir, "sparse"), &dst); err != nil {
+		t.Fatal(err)
+	}
+	g, err := os.Open(filepath.Join(dir, "sparse"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	dhole, _ := unix.Seek(int(g.Fd()), 0, unix.SEEK_HOLE)
+	if dst.Blocks*512 > 1<<20 || dhole != 4096 {
+		t.Errorf("the copy of a file with 8 KiB of data in 16 MiB has %d bytes allocated and its first hole at %d (source: 4096): holes filled",
+			dst.Blocks*512, dhole)
+	}
+}

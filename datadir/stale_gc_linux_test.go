@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
+	"io/fs"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/nodeid/nodeid/nodeid"
 )
@@ -42,26 +40,18 @@ import (
 
 func setImmutable(t *testing.T, path string) {
 	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
+	flags, err := inodeFlags(path)
+	var openErr *fs.PathError // from the open; the ioctl's is a bare errno
+	if errors.As(err, &openErr) {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	flags, err := unix.IoctlGetUint32(int(f.Fd()), unix.FS_IOC_GETFLAGS)
 	if err != nil {
 		t.Skipf("inode flags unsupported on %s: %v", path, err)
 	}
-	if err := unix.IoctlSetPointerInt(int(f.Fd()), unix.FS_IOC_SETFLAGS, int(flags|fsImmutableFL)); err != nil {
+	if err := setInodeFlags(path, flags|fsImmutableFL); err != nil {
 		t.Skipf("cannot set the immutable flag (needs root): %v", err)
 	}
-	t.Cleanup(func() {
-		f, err := os.Open(path)
-		if err != nil {
-			return
-		}
-		defer f.Close()
-		_ = unix.IoctlSetPointerInt(int(f.Fd()), unix.FS_IOC_SETFLAGS, int(flags))
-	})
+	t.Cleanup(func() { _ = setInodeFlags(path, flags) })
 }
 
 func staleGCTearsSuccessor(t *testing.T, stale []int64, successor int64, keep int) {

@@ -56,15 +56,7 @@ func TestRemovalOfALeftoverCompletedMeanwhileLeavesItWhole(t *testing.T) {
 		close(reached)
 		<-resume
 	})
-	type result struct {
-		dir string
-		err error
-	}
-	sDone := make(chan result, 1)
-	go func() {
-		dir, _, err := Prepare(context.Background(), root, inst(0, 2), Options{Logger: quiet, Tenure: "S"})
-		sDone <- result{dir, err}
-	}()
+	sDone := goPrepare(root, inst(0, 2), Options{Logger: quiet, Tenure: "S"})
 	<-reached // v2: copied files and S's in-progress file, no marker
 
 	cmd := exec.Command(strace, "-f", "-o", "/dev/null", "-e", "trace=unlinkat",

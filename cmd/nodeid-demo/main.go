@@ -374,7 +374,7 @@ func describe(line []byte) string {
 		return fmt.Sprintf("acquired node %d version %d (%s)", *l.NodeID, l.Version, how)
 	case "no node id free, waiting":
 		return "every node ID is held: waiting"
-	case "datadir: prepared":
+	case "prepared":
 		return fmt.Sprintf("data directory node-%d/v%d ready (from version %v: %d files copied, %d linked)", *l.NodeID, l.Version, l.FromVer, l.FilesCopy, l.FilesLink)
 	case "lease lost":
 		return fmt.Sprintf("lease lost: %s", l.Reason)

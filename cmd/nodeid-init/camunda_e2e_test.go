@@ -187,7 +187,7 @@ func TestCamundaClusterIsTakenOverAndHandedBack(t *testing.T) {
 	now := scanTree(t, root)
 	claimer := -1
 	for id, h := range held {
-		if strings.Contains(h.task.out.String(), "datadir: data root claimed for this cluster") {
+		if strings.Contains(h.task.out.String(), "data root claimed for this cluster") {
 			if claimer >= 0 {
 				t.Errorf("nodes %d and %d both claimed the data root", claimer, id)
 			}

@@ -1,0 +1,408 @@
+//go:build unix
+
+package datadir
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// fileJob is an entry of a directory being copied that is not a directory.
+type fileJob struct {
+	name, rel string
+	act       action
+}
+
+// copyDir lists j's source and queues its entries: subdirectories one task
+// each, other entries in batches. It is one of j's tasks.
+func (t *tree) copyDir(j *dirJob) {
+	defer j.done()
+	if t.stopped() {
+		return
+	}
+	entries, err := readDirEntries(j.src)
+	if err != nil {
+		t.setErr(err)
+		return
+	}
+	var files []fileJob
+	for _, e := range entries {
+		name := e.Name()
+		rel := path.Join(j.rel, name)
+		// The type from the directory listing (getdents: no round trip
+		// per entry); copyFile checks it again on the open file.
+		act := t.classify(rel, e.Type(), true)
+		switch act {
+		case actSkip:
+			t.skipped.Add(1)
+		case actSpecial:
+			t.skipped.Add(1)
+			t.log.Warn("leaving out a special file", "path", rel, "type", e.Type().String())
+		case actDir:
+			j.start()
+			t.pool.add(func() { t.copySubdir(j, name, rel) })
+		default:
+			files = append(files, fileJob{name: name, rel: rel, act: act})
+		}
+	}
+	var batches []func()
+	for b := range slices.Chunk(files, batch) {
+		batches = append(batches, func() {
+			for _, f := range b {
+				if t.stopped() {
+					return
+				}
+				t.setErr(t.copyEntry(j, f))
+			}
+		})
+	}
+	// Links hold the directory's lock for all their round trips: one
+	// runner per directory; copies do most of theirs outside it.
+	limit := perDir
+	if t.cfg.graceful {
+		limit = 1
+	}
+	j.spread(t.pool, batches, limit)
+}
+
+// copyEntry copies, links or recreates one entry that is not a directory.
+func (t *tree) copyEntry(j *dirJob, f fileJob) error {
+	if f.act == actSymlink {
+		var st unix.Stat_t
+		if err := fstatat(int(j.src.Fd()), f.name, &st); err != nil {
+			return err
+		}
+		return t.copySymlink(j.src, j.dst, f.name, f.rel, &st)
+	}
+	if testHookFile != nil {
+		t.hookMu.Lock()
+		stop := t.stopped()
+		if !stop {
+			testHookFile(f.rel)
+		}
+		t.hookMu.Unlock()
+		if stop {
+			return nil
+		}
+	}
+	if f.act == actLink {
+		// The type came from the listing: open the name itself (O_PATH,
+		// not following a symlink) and link that inode, once fstat says
+		// it is a regular file. A name swapped since for a FIFO, a device
+		// or a symlink is never linked.
+		fd, err := unix.Openat(int(j.src.Fd()), f.name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return &os.PathError{Op: "openat", Path: path.Join(t.src, f.rel), Err: err}
+		}
+		defer unix.Close(fd)
+		var st unix.Stat_t
+		if t.cfg.graceful {
+			// Type, device and inode number never change: cached
+			// attributes do (no round trip on NFS or FUSE).
+			err = fstatCached(fd, &st)
+		} else {
+			err = unix.Fstat(fd, &st)
+		}
+		if err != nil {
+			return &os.PathError{Op: "fstat", Path: path.Join(t.src, f.rel), Err: err}
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFREG {
+			return fmt.Errorf("%w: %s is no longer a regular file (type %#o)", ErrValidation, f.rel, st.Mode&unix.S_IFMT)
+		}
+		// Linked after a crash only with one name and settled.
+		if t.cfg.graceful || t.shareable(&st) {
+			return t.link(fd, &st, j.dst, f.name, f.rel)
+		}
+	}
+	return t.copyFile(j, f.name, f.rel)
+}
+
+// linkToCopy makes name in dst another name of the copy f, as the source's
+// names are of one inode (cp -a).
+func (t *tree) linkToCopy(f *firstCopy, dst *os.File, name, rel string) error {
+	if err := unix.Linkat(int(f.dir.Fd()), f.name, int(dst.Fd()), name, 0); err != nil {
+		return &os.LinkError{Op: "linkat", Old: path.Join(f.dir.Name(), f.name), New: path.Join(t.dst, rel), Err: err}
+	}
+	t.record(rel, made{act: actCopy, typ: unix.S_IFREG, dev: f.dev, ino: f.ino})
+	t.filesCopied.Add(1) // a name of a copied file; its bytes are counted once
+	return nil
+}
+
+// firstCopyOf registers the copy of a multi-name source file: the first name
+// seen is copied (first true); a later one is linked to that copy once it
+// is done, by a task queued then (waiting would hold a worker).
+// A later name of a copy already finished comes back with done set, and
+// the copy's error.
+func (t *tree) firstCopyOf(st *unix.Stat_t, j *dirJob, name, rel string) (f *firstCopy, first, done bool, err error) {
+	k := inodeKey{uint64(st.Dev), uint64(st.Ino), stampOf(st)}
+	t.copiesMu.Lock()
+	defer t.copiesMu.Unlock()
+	if f, ok := t.copies[k]; ok {
+		if f.finished {
+			return f, false, true, f.err
+		}
+		j.start()
+		f.waiters = append(f.waiters, waiter{j: j, name: name, rel: rel})
+		return f, false, false, nil
+	}
+	// j.dst is closed when its walk ends; the later names may be elsewhere.
+	held, ok := t.held[j.dst]
+	if !ok {
+		fd, err := unix.FcntlInt(j.dst.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			t.setErr(&os.PathError{Op: "fcntl", Path: j.dst.Name(), Err: err})
+			held = j.dst // not reached: the walk stops on the error
+		} else {
+			held = os.NewFile(uintptr(fd), j.dst.Name())
+			t.held[j.dst] = held
+		}
+	}
+	f = &firstCopy{dir: held, name: name}
+	t.copies[k] = f
+	return f, true, false, nil
+}
+
+// copied ends the first copy f with err and queues the later names.
+func (t *tree) copied(f *firstCopy, err error) {
+	t.copiesMu.Lock()
+	f.finished, f.err = true, err
+	ws := f.waiters
+	f.waiters = nil
+	t.copiesMu.Unlock()
+	for _, w := range ws {
+		t.pool.add(func() {
+			defer w.j.done()
+			if err == nil && !t.stopped() {
+				t.setErr(t.linkToCopy(f, w.j.dst, w.name, w.rel))
+			}
+		})
+	}
+}
+
+func (t *tree) firstErr() error {
+	t.errMu.Lock()
+	defer t.errMu.Unlock()
+	return t.err
+}
+
+// setErr keeps the first non-nil error.
+func (t *tree) setErr(err error) {
+	if err == nil {
+		return
+	}
+	t.errMu.Lock()
+	defer t.errMu.Unlock()
+	if t.err == nil {
+		t.err = err
+	}
+}
+
+// copySubdir creates the directory name in parent's target, owner-only
+// until it is filled, and queues its entries. Once they are all done it
+// gets the source's times and mode (mode last, so that a read-only source
+// directory can be filled). It is one of parent's tasks.
+func (t *tree) copySubdir(parent *dirJob, name, rel string) {
+	if t.stopped() {
+		parent.done()
+		return
+	}
+	j, err := t.openSubdir(parent, name, rel)
+	if err != nil {
+		t.setErr(err)
+		parent.done()
+		return
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(j.src.Fd()), &st); err != nil {
+		t.setErr(&os.PathError{Op: "fstat", Path: j.src.Name(), Err: err})
+	}
+	j.finish = func(j *dirJob) {
+		defer j.src.Close()
+		defer j.dst.Close()
+		if t.firstErr() != nil {
+			return
+		}
+		t.setErr(setTimes(parent.dst, name, &st))
+		if err := unix.Fchmod(int(j.dst.Fd()), uint32(st.Mode&0o7777)); err != nil {
+			t.setErr(&os.PathError{Op: "fchmod", Path: path.Join(t.dst, rel), Err: err})
+		}
+	}
+	t.copyDir(j)
+}
+
+// openSubdir makes the target directory name and opens it and the source's.
+func (t *tree) openSubdir(parent *dirJob, name, rel string) (*dirJob, error) {
+	if err := unix.Mkdirat(int(parent.dst.Fd()), name, 0o700); err != nil {
+		return nil, &os.PathError{Op: "mkdirat", Path: path.Join(t.dst, rel), Err: err}
+	}
+	s, err := openDirAt(parent.src, name)
+	if err != nil {
+		return nil, err
+	}
+	d, err := openDirAt(parent.dst, name)
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(d.Fd()), &st); err != nil {
+		s.Close()
+		d.Close()
+		return nil, &os.PathError{Op: "fstat", Path: path.Join(t.dst, rel), Err: err}
+	}
+	t.record(rel, made{act: actDir, typ: unix.S_IFDIR, dev: st.Dev, ino: st.Ino})
+	j := &dirJob{parent: parent, src: s, dst: d, name: name, rel: rel}
+	j.start()
+	return j, nil
+}
+
+// copySymlink recreates a symlink after checking that it stays inside, with
+// the times of the source link (st), as cp -a does.
+func (t *tree) copySymlink(src, dst *os.File, name, rel string, st *unix.Stat_t) error {
+	target, err := readlinkat(int(src.Fd()), name)
+	if err != nil {
+		return err
+	}
+	if err := checkSymlink(t.srcRoot, rel, target); err != nil {
+		return err
+	}
+	if err := unix.Symlinkat(target, int(dst.Fd()), name); err != nil {
+		return &os.PathError{Op: "symlinkat", Path: path.Join(t.dst, rel), Err: err}
+	}
+	t.record(rel, made{act: actSymlink, typ: unix.S_IFLNK})
+	t.symlinks.Add(1)
+	return setTimes(dst, name, st)
+}
+
+// copyFile copies a regular file of j: copy_file_range(2), then the
+// source's mode and times. A file with several names is copied once, at
+// its first name (see firstCopyOf).
+func (t *tree) copyFile(j *dirJob, name, rel string) (err error) {
+	src, dst := j.src, j.dst
+	// O_NONBLOCK: a file swapped for a FIFO must not block the open.
+	sfd, err := unix.Openat(int(src.Fd()), name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &os.PathError{Op: "openat", Path: path.Join(t.src, rel), Err: err}
+	}
+	sf := os.NewFile(uintptr(sfd), path.Join(t.src, rel))
+	defer sf.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(sfd, &st); err != nil {
+		return &os.PathError{Op: "fstat", Path: sf.Name(), Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return fmt.Errorf("%w: %s is no longer a regular file", ErrValidation, rel)
+	}
+	var f *firstCopy
+	if st.Nlink > 1 {
+		var first, done bool
+		var ferr error
+		f, first, done, ferr = t.firstCopyOf(&st, j, name, rel)
+		switch {
+		case !first && !done:
+			return nil // linked by copied
+		case !first && ferr != nil:
+			return ferr
+		case !first:
+			return t.linkToCopy(f, dst, name, rel)
+		}
+		defer func() { t.copied(f, err) }()
+	}
+	dfd, err := unix.Openat(int(dst.Fd()), name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return &os.PathError{Op: "create", Path: path.Join(t.dst, rel), Err: err}
+	}
+	df := os.NewFile(uintptr(dfd), path.Join(t.dst, rel))
+	defer func() {
+		if cerr := df.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	var dst0 unix.Stat_t
+	if err := unix.Fstat(dfd, &dst0); err != nil {
+		return &os.PathError{Op: "fstat", Path: df.Name(), Err: err}
+	}
+	t.record(rel, made{act: actCopy, typ: unix.S_IFREG, dev: dst0.Dev, ino: dst0.Ino})
+	if f != nil {
+		f.dev, f.ino = dst0.Dev, dst0.Ino // read by later names after copied
+	}
+	t.filesCopied.Add(1)
+	t.bytesCopied.Add(st.Size)
+	if err := copyData(df, sf, &st); err != nil {
+		return err
+	}
+	if err := copyXattrs(sfd, dfd); err != nil {
+		return fmt.Errorf("%s: %w", rel, err)
+	}
+	mode, err := copyMode(dfd, &st)
+	if err != nil {
+		return &os.PathError{Op: "fstat", Path: df.Name(), Err: err}
+	}
+	if err := unix.Fchmod(dfd, mode); err != nil {
+		return &os.PathError{Op: "fchmod", Path: df.Name(), Err: err}
+	}
+	return setTimes(dst, name, &st)
+}
+
+// copyMode is the mode a copy (fd) of the source file st gets: the
+// source's, without setuid, setgid and sticky if the copy's owner or group
+// differs from the source's. Copies are owned by the copier, and a setuid
+// program of another user must not become one of ours (as chown(2) and
+// cp -p drop these bits too).
+func copyMode(fd int, st *unix.Stat_t) (uint32, error) {
+	mode := st.Mode & 0o7777
+	if mode&(unix.S_ISUID|unix.S_ISGID|unix.S_ISVTX) == 0 {
+		return mode, nil
+	}
+	var cst unix.Stat_t
+	if err := unix.Fstat(fd, &cst); err != nil {
+		return 0, err
+	}
+	if cst.Uid != st.Uid || cst.Gid != st.Gid {
+		mode &^= unix.S_ISUID | unix.S_ISGID | unix.S_ISVTX
+	}
+	return mode, nil
+}
+
+// setTimes gives the entry name of dir the access and modification times
+// of st, without following a symlink.
+func setTimes(dir *os.File, name string, st *unix.Stat_t) error {
+	ts := []unix.Timespec{st.Atim, st.Mtim}
+	if err := unix.UtimesNanoAt(int(dir.Fd()), name, ts, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return &os.PathError{Op: "utimensat", Path: path.Join(dir.Name(), name), Err: err}
+	}
+	return nil
+}
+
+// checkSymlink refuses a link that is absolute or resolves outside the
+// version directory r. A link that stays inside is harmless to recreate: it
+// points into the new directory, not the old one. A dangling link is
+// accepted if it stays inside lexically: os.Root reports an escape before it
+// reports a missing file, so a dangling link cannot hide an escape.
+func checkSymlink(r *os.Root, rel, target string) error {
+	bad := func(why string) error {
+		return fmt.Errorf("%w: %s -> %s: %s", ErrUnsafeSymlink, rel, target, why)
+	}
+	if target == "" || filepath.IsAbs(target) {
+		return bad("absolute or empty")
+	}
+	joined := path.Join(path.Dir(rel), filepath.ToSlash(target))
+	if joined == ".." || strings.HasPrefix(joined, "../") {
+		return bad("points above the data directory")
+	}
+	// Resolution can escape where the lexical path does not (a/.. after a
+	// symlink a -> .); os.Root follows the chain and refuses to leave r.
+	_, err := r.Stat(rel)
+	if err == nil || errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return bad(err.Error())
+}
