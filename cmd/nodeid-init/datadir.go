@@ -53,7 +53,7 @@ func (sess *session) prepareDataDir(ctx context.Context, inst nodeid.NodeInstanc
 		}
 		return "", fmt.Errorf("prepare data directory: %w", err)
 	}
-	_ = res // datadir logs "datadir: prepared" with the counts: not repeated here
+	_ = res // datadir logs "prepared" (component=datadir) with the counts: not repeated here
 	return dir, nil
 }
 

@@ -22,7 +22,7 @@ const efsFilesDefault = 10000
 // operation).
 type efsHandoverRep struct {
 	Took     time.Duration // SIGTERM to the holder -> replacement logs "command started"
-	Prepare  time.Duration // replacement: "acquired node id" -> "data directory ready"
+	Prepare  time.Duration // replacement: "acquired node id" -> datadir's "prepared"
 	Linked   int64         // files the replacement hard-linked
 	Graceful bool
 }
@@ -54,7 +54,7 @@ func (b *procBench) efsHandover(ctx context.Context, files int) (efsHandoverRep,
 	}
 	defer holder.stop()
 	defer waiter.stop()
-	started, err := holder.waitLog("data directory ready", time.Time{}, 10*time.Second)
+	started, err := holder.waitLog("prepared", time.Time{}, 10*time.Second)
 	if err != nil {
 		return efsHandoverRep{}, err
 	}
@@ -77,7 +77,7 @@ func (b *procBench) efsHandover(ctx context.Context, files int) (efsHandoverRep,
 	if err != nil {
 		return efsHandoverRep{}, err
 	}
-	ready, err := waiter.waitLog("data directory ready", t0, time.Second)
+	ready, err := waiter.waitLog("prepared", t0, time.Second)
 	if err != nil {
 		return efsHandoverRep{}, err
 	}

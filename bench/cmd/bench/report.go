@@ -548,7 +548,7 @@ func (r *report) efsHandoverSection(b *strings.Builder) {
 	w("`command started` (its broker running). Alone: `make bench-efs-handover`.\n\n")
 	w("| | median | p90 | min–max |\n| --- | ---: | ---: | ---: |\n")
 	w("| SIGTERM → replacement's broker running | %s s | %s s | %s–%s s |\n", bench.Format(t.Median, 3), bench.Format(t.P90, 3), bench.Format(t.Min, 3), bench.Format(t.Max, 3))
-	w("| of which its preparation (`acquired node id` → `data directory ready`) | %s s | %s s | %s–%s s |\n\n", bench.Format(p.Median, 3), bench.Format(p.P90, 3), bench.Format(p.Min, 3), bench.Format(p.Max, 3))
+	w("| of which its preparation (`acquired node id` → datadir's `prepared`) | %s s | %s s | %s–%s s |\n\n", bench.Format(p.Median, 3), bench.Format(p.P90, 3), bench.Format(p.Min, 3), bench.Format(p.Max, 3))
 	w("Before issue 18 (one file at a time): 49.7 s on this mount (one run), 67.9 s as measured in the issue.\n\n")
 	r.verdict(t.Median <= 5, "Graceful handover with 10,000 files on the EFS-like mount: median at most 5 s — measured %s s", bench.Format(t.Median, 3))
 }
