@@ -118,38 +118,21 @@ func (p *Provider) Adopt(ctx context.Context, h Handoff) (NodeInstance, error) {
 	if left <= 0 {
 		return NodeInstance{}, &LostError{Instance: h.Instance, Reason: fmt.Sprintf("hand-off expired %v ago", (-left).Round(time.Millisecond))}
 	}
-	p.mu.Lock()
-	if p.state != stateIdle {
-		p.mu.Unlock()
-		return NodeInstance{}, errors.New("nodeid: Adopt on a provider that is not idle")
+	t := tenure{inst: h.Instance, etag: h.ETag, deadline: now.Add(left), acquired: now, graceful: h.PreviousGraceful,
+		known: h.KnownVersions.Clone(), pending: map[string]time.Time{}}
+	if t.known == nil {
+		t.known = VersionMappings{}
 	}
-	p.state = stateHolding
-	p.instance = h.Instance
-	p.etag = h.ETag
-	p.deadline = now.Add(left)
-	p.acquired = now
-	p.graceful = h.PreviousGraceful
-	p.known = h.KnownVersions.Clone()
-	if p.known == nil {
-		p.known = VersionMappings{}
-	}
-	p.known.Observe(h.Instance.ID, h.Instance.Version)
+	t.known.Observe(h.Instance.ID, h.Instance.Version)
 	for _, w := range h.Pending {
-		p.pending[w.Nonce] = now.Add(time.Duration(w.SentBoottimeNs) - boot)
+		t.pending[w.Nonce] = now.Add(time.Duration(w.SentBoottimeNs) - boot)
 	}
-	p.ready = h.PreviousGraceful || p.cfg.ReadinessTimeout == 0
-	p.mu.Unlock()
-
-	// The watchdog guards the first renewal too.
-	p.loops.Add(1)
-	go func() { defer p.loops.Done(); p.watchdog() }()
-	next, ok := p.renew()
-	if !ok {
+	switch err := p.hold(stateIdle, t, true); {
+	case errors.Is(err, errNotFrom):
+		return NodeInstance{}, errors.New("nodeid: Adopt on a provider that is not idle")
+	case err != nil:
 		return NodeInstance{}, p.Err()
 	}
-	p.loops.Add(2)
-	go func() { defer p.loops.Done(); p.renewLoop(next) }()
-	go func() { defer p.loops.Done(); p.refreshLoop() }()
 	deadline, _ := p.Deadline()
 	p.log.Info("adopted node id", "node_id", h.Instance.ID, "version", int64(h.Instance.Version))
 	p.emit(Event{Kind: EventAcquired, Instance: h.Instance, Deadline: deadline, Graceful: h.PreviousGraceful})
