@@ -33,7 +33,7 @@ func (p *Provider) Acquire(ctx context.Context) (NodeInstance, error) {
 	for pass := 0; ; pass++ {
 		res, err := p.tryOnce(ctx)
 		switch {
-		case fatalStorageError(err):
+		case IsPermanent(err):
 			return p.failAcquire(err)
 		case res.taken:
 			return p.reportAcquired(res.inst, start), nil
@@ -106,8 +106,7 @@ func (p *Provider) reportAcquired(inst NodeInstance, start time.Time) NodeInstan
 	took := p.cfg.Clock.Now().Sub(start)
 	deadline, _ := p.Deadline()
 	graceful := p.PreviousGracefullyShutdown()
-	p.log.Info("acquired node id", "node_id", inst.ID, "version", int64(inst.Version),
-		"previous_graceful", graceful, "took", took.Round(time.Millisecond))
+	p.tlog.Info("acquired node id", "previous_graceful", graceful, "took", took.Round(time.Millisecond))
 	p.emit(Event{Kind: EventAcquired, Instance: inst, Deadline: deadline, Latency: took, Graceful: graceful})
 	return inst
 }
@@ -157,17 +156,6 @@ func (p *Provider) failAcquire(err error) (NodeInstance, error) {
 	}
 	p.mu.Unlock()
 	return NodeInstance{}, err
-}
-
-// fatalStorageError reports errors that retrying will not cure.
-func fatalStorageError(err error) bool {
-	return errors.Is(err, ErrAccessDenied) || errors.Is(err, ErrInvalidConfig) ||
-		(errors.Is(err, ErrNotFound) && isNoSuchBucket(err))
-}
-
-func isNoSuchBucket(err error) bool {
-	var se *StorageError
-	return errors.As(err, &se) && (se.Code == "NoSuchBucket" || se.Op == "list")
 }
 
 // trySpread is one pass of the default strategy: one List, then the
@@ -297,7 +285,7 @@ func (p *Provider) trySequential(ctx context.Context) (passResult, error) {
 		rec, err := p.get(ctx, id)
 		arrived := p.cfg.Clock.Now()
 		if err != nil {
-			if fatalStorageError(err) {
+			if IsPermanent(err) {
 				return passResult{}, err
 			}
 			continue

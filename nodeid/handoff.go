@@ -84,7 +84,7 @@ func (p *Provider) HandOff(ctx context.Context) (Handoff, error) {
 		h.Pending = append(h.Pending, PendingWrite{Nonce: nonce, SentBoottimeNs: int64(boot - now.Sub(sent))})
 	}
 	sort.Slice(h.Pending, func(i, j int) bool { return h.Pending[i].Nonce < h.Pending[j].Nonce })
-	p.log.Info("handed off node id", "node_id", h.Instance.ID, "version", int64(h.Instance.Version), "valid_for", left.Round(time.Millisecond))
+	p.tlog.Info("handed off node id", "valid_for", left.Round(time.Millisecond))
 	p.emit(Event{Kind: EventHandedOff, Instance: h.Instance})
 	return h, nil
 }
@@ -111,10 +111,7 @@ func (p *Provider) Adopt(ctx context.Context, h Handoff) (NodeInstance, error) {
 	// the inherited validity instead of stretching it.
 	now := p.cfg.Clock.Now()
 	boot := systemBoottime()
-	left := time.Duration(h.ValidUntilBoottimeNs) - boot
-	if bugOn(bugAdoptStretches) {
-		left += p.cfg.LeaseDuration
-	}
+	left := p.rules.inherited(h, boot)
 	if left <= 0 {
 		return NodeInstance{}, &LostError{Instance: h.Instance, Reason: fmt.Sprintf("hand-off expired %v ago", (-left).Round(time.Millisecond))}
 	}
@@ -134,7 +131,7 @@ func (p *Provider) Adopt(ctx context.Context, h Handoff) (NodeInstance, error) {
 		return NodeInstance{}, p.Err()
 	}
 	deadline, _ := p.Deadline()
-	p.log.Info("adopted node id", "node_id", h.Instance.ID, "version", int64(h.Instance.Version))
+	p.tlog.Info("adopted node id")
 	p.emit(Event{Kind: EventAcquired, Instance: h.Instance, Deadline: deadline, Graceful: h.PreviousGraceful})
 	return h.Instance, nil
 }

@@ -25,9 +25,13 @@ const (
 // is lost the provider calls OnLost and stays lost; a new tenure needs a new
 // Provider (and, in practice, a new process).
 type Provider struct {
-	repo Repository
-	cfg  Config
-	log  *slog.Logger
+	repo  Repository
+	cfg   Config
+	log   *slog.Logger
+	rules rules // safeRules but in the simulation's teeth tests
+	// tlog is log with the tenure's "node_id" and "version", set by hold
+	// before the loops start and never changed after.
+	tlog *slog.Logger
 
 	randMu sync.Mutex // cfg.Rand is not safe for concurrent use
 
@@ -71,12 +75,9 @@ type Provider struct {
 	stats providerStats
 }
 
-// validity is how long a write sent at s keeps the lease valid for us.
-func (p *Provider) validity() time.Duration {
-	if bugOn(bugNoMargin) {
-		return p.cfg.LeaseDuration
-	}
-	return p.cfg.LeaseDuration - p.cfg.SafetyMargin
+// validUntil is the self-fence deadline a write sent at sent earns.
+func (p *Provider) validUntil(sent time.Time) time.Time {
+	return p.rules.validUntil(sent, p.cfg.LeaseDuration, p.cfg.SafetyMargin)
 }
 
 // clusterSize is the number of node IDs in use (see size).
@@ -110,6 +111,7 @@ func NewProvider(repo Repository, cfg Config) (*Provider, error) {
 	}
 	p := &Provider{
 		repo:     repo,
+		rules:    rulesOf(repo),
 		cfg:      cfg,
 		log:      cfg.Logger.With("task_id", cfg.TaskID),
 		done:     make(chan struct{}),

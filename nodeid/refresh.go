@@ -99,10 +99,10 @@ func (p *Provider) refresh() {
 	}
 	p.mu.Unlock()
 	if becameReady {
-		p.log.Info("ready: every live peer knows our version", "node_id", inst.ID, "version", int64(inst.Version))
+		p.tlog.Info("ready: every live peer knows our version")
 	}
 	if failedOpen {
-		p.log.Warn("ready by timeout: some peers do not know our version yet", "node_id", inst.ID, "version", int64(inst.Version), "readiness_timeout", p.cfg.ReadinessTimeout)
+		p.tlog.Warn("ready by timeout: some peers do not know our version yet", "readiness_timeout", p.cfg.ReadinessTimeout)
 	}
 	if becameReady || failedOpen {
 		p.emit(Event{Kind: EventReady, Instance: inst})

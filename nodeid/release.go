@@ -34,11 +34,11 @@ func (p *Provider) release() {
 	ctx, cancel := p.boundedContext(deadline.Add(p.cfg.SafetyMargin), p.cfg.Clock.Now())
 	defer cancel()
 	if _, err := p.repo.Write(ctx, released, etag); err != nil {
-		p.log.Warn("release failed; the lease will expire", "node_id", inst.ID, "version", int64(inst.Version), "err", err)
+		p.tlog.Warn("release failed; the lease will expire", "err", err)
 		p.mu.Lock()
 		p.relErr = fmt.Errorf("release %s: %w", inst, err)
 		p.mu.Unlock()
-		if errors.Is(err, ErrPreconditionFailed) || errors.Is(err, ErrConflict) || errors.Is(err, ErrNotFound) {
+		if isLostRace(err) || errors.Is(err, ErrNotFound) {
 			// Deleted, or replaced (perhaps below our version), since our
 			// last renewal: only we may know our version, so put it back
 			// as an expiring lease, as a holder that finds its object
@@ -48,7 +48,7 @@ func (p *Provider) release() {
 		}
 		return
 	}
-	p.log.Info("released node id", "node_id", inst.ID, "version", int64(inst.Version))
+	p.tlog.Info("released node id")
 	p.emit(Event{Kind: EventReleased, Instance: inst})
 }
 
@@ -72,7 +72,7 @@ func (p *Provider) recreateDeleted(inst NodeInstance, etag string, deadline time
 	for {
 		now := p.cfg.Clock.Now()
 		if !now.Before(deadline) {
-			p.log.Warn("lease object not restored at our version before our deadline", "node_id", inst.ID, "version", int64(inst.Version))
+			p.tlog.Warn("lease object not restored at our version before our deadline")
 			return
 		}
 		l := Lease{
@@ -93,15 +93,15 @@ func (p *Provider) recreateDeleted(inst NodeInstance, etag string, deadline time
 		}
 		cancel()
 		if err == nil {
-			p.log.Info("recreated the deleted lease object as an expiring lease at our version", "node_id", inst.ID, "version", int64(inst.Version))
+			p.tlog.Info("recreated the deleted lease object as an expiring lease at our version")
 			return
 		}
-		p.log.Info("lease object not recreated at our version", "node_id", inst.ID, "version", int64(inst.Version), "err", err)
+		p.tlog.Info("lease object not recreated at our version", "err", err)
 		if errors.Is(err, ErrNotFound) {
 			etag = "" // deleted again (AWS answers an If-Match on a missing key 404): create
 			continue
 		}
-		if errors.Is(err, ErrPreconditionFailed) || errors.Is(err, ErrConflict) {
+		if isLostRace(err) {
 			// Someone wrote first. Replace it only if it is a recreation
 			// below our version; anything else is left alone.
 			ctx, cancel := p.boundedContext(deadline, p.cfg.Clock.Now())
@@ -112,8 +112,7 @@ func (p *Provider) recreateDeleted(inst NodeInstance, etag string, deadline time
 				etag = ""
 				continue
 			case gerr == nil && rec.Lease.Instance.ID == inst.ID && rec.Lease.Instance.Version < inst.Version && rec.Lease.Acquirable:
-				p.log.Info("replacing a recreation below our version", "node_id", inst.ID, "version", int64(inst.Version),
-					"found_task", rec.Lease.TaskID, "found_version", int64(rec.Lease.Instance.Version))
+				p.tlog.Info("replacing a recreation below our version", "found_task", rec.Lease.TaskID, "found_version", int64(rec.Lease.Instance.Version))
 				etag = rec.ETag
 				continue
 			case gerr == nil:

@@ -47,6 +47,7 @@ func (p *Provider) hold(from providerState, t tenure, renewNow bool) error {
 	p.known = t.known
 	maps.Copy(p.pending, t.pending)
 	p.ready = t.graceful || p.cfg.ReadinessTimeout == 0
+	p.tlog = p.log.With("node_id", t.inst.ID, "version", int64(t.inst.Version))
 	p.mu.Unlock()
 
 	p.goLoop(p.watchdog)
@@ -107,7 +108,7 @@ func (p *Provider) renew() (time.Duration, bool) {
 	p.pending[lease.Nonce] = sent
 	p.mu.Unlock()
 
-	if !sent.Before(deadline) && !bugOn(bugRenewAfterDeadline) {
+	if p.rules.left(deadline, sent) <= 0 {
 		// Woken after the deadline (a paused process, a starved goroutine):
 		// never send a renewal for a lease we no longer hold.
 		p.stats.selfFences.Add(1)
@@ -126,7 +127,7 @@ func (p *Provider) renew() (time.Duration, bool) {
 	case errors.Is(err, ErrNotFound):
 		p.loseRestoring("lease object deleted", err, lease.Instance, "", deadline)
 		return 0, false
-	case errors.Is(err, ErrPreconditionFailed), errors.Is(err, ErrConflict):
+	case isLostRace(err):
 		return p.reconcile(err)
 	default:
 		// No answer: the write may have landed. Its nonce stays pending,
@@ -137,8 +138,7 @@ func (p *Provider) renew() (time.Duration, bool) {
 		if !holding {
 			return 0, false
 		}
-		p.log.Warn("renewal failed, retrying", "node_id", lease.Instance.ID, "version", int64(lease.Instance.Version),
-			"valid_for", deadline.Sub(p.cfg.Clock.Now()).Round(time.Millisecond), "err", err)
+		p.tlog.Warn("renewal failed, retrying", "valid_for", deadline.Sub(p.cfg.Clock.Now()).Round(time.Millisecond), "err", err)
 		return p.retryDelay(), true
 	}
 }
@@ -185,7 +185,7 @@ func (p *Provider) reconcile(cause error) (time.Duration, bool) {
 	l := rec.Lease
 	switch {
 	case ours && l.TaskID == p.cfg.TaskID && l.Instance == inst && l.Acquirable:
-		p.log.Info("renewal had landed although its answer was lost", "node_id", inst.ID, "version", int64(inst.Version))
+		p.tlog.Info("renewal had landed although its answer was lost")
 		return p.renewed(sent, rec.ETag)
 	case errors.Is(cause, ErrConflict) && rec.ETag == etag:
 		return p.retryDelay(), true // nothing landed: try again
@@ -216,14 +216,14 @@ func (p *Provider) renewed(sent time.Time, etag string) (time.Duration, bool) {
 		p.mu.Unlock()
 		return 0, false
 	}
-	if !now.Before(p.deadline) && !bugOn(bugRenewAfterDeadline) {
+	if p.rules.left(p.deadline, now) <= 0 {
 		p.mu.Unlock()
 		p.lose("renewal answered after the self-fence deadline", nil)
 		return 0, false
 	}
 	p.etag = etag
 	p.unreadSince = time.Time{}
-	if d := sent.Add(p.validity()); d.After(p.deadline) {
+	if d := p.validUntil(sent); d.After(p.deadline) {
 		p.deadline = d
 	}
 	clear(p.pending)
@@ -237,10 +237,7 @@ func (p *Provider) renewed(sent time.Time, etag string) (time.Duration, bool) {
 // boundedContext returns a context for one request that ends at the request
 // timeout or at the self-fence deadline, whichever is first.
 func (p *Provider) boundedContext(deadline, now time.Time) (context.Context, context.CancelFunc) {
-	if bugOn(bugRenewAfterDeadline) {
-		return context.WithTimeout(context.Background(), p.cfg.RequestTimeout)
-	}
-	return context.WithTimeout(context.Background(), max(min(p.cfg.RequestTimeout, deadline.Sub(now)), time.Millisecond))
+	return context.WithTimeout(context.Background(), max(min(p.cfg.RequestTimeout, p.rules.left(deadline, now)), time.Millisecond))
 }
 
 func (p *Provider) retryDelay() time.Duration {
@@ -259,10 +256,7 @@ func (p *Provider) watchdog() {
 		if st != stateHolding {
 			return
 		}
-		left := deadline.Sub(p.cfg.Clock.Now())
-		if bugOn(bugRenewAfterDeadline) {
-			left = max(left, p.cfg.LeaseDuration) // the watchdog never fires
-		}
+		left := p.rules.left(deadline, p.cfg.Clock.Now())
 		if left <= 0 {
 			p.stats.selfFences.Add(1)
 			p.lose(reasonSelfFence, nil)
@@ -304,19 +298,11 @@ func (p *Provider) loseThen(reason string, cause error, then func()) {
 	p.err = err
 	close(p.done)
 	p.mu.Unlock()
-	if bugOn(bugWriteAfterLoss) {
-		p.mu.Lock()
-		l, etag := p.newLease(p.instance, p.known.Clone(), p.cfg.Clock.Now()), p.etag
-		p.mu.Unlock()
-		wctx, cancel := context.WithTimeout(context.Background(), p.cfg.RequestTimeout)
-		_, _ = p.repo.Write(wctx, l, etag)
-		cancel()
-	}
-	attrs := []any{"node_id", err.Instance.ID, "version", int64(err.Instance.Version), "reason", reason}
+	attrs := []any{"reason", reason}
 	if cause != nil {
 		attrs = append(attrs, "err", cause)
 	}
-	p.log.Error("lease lost", attrs...)
+	p.tlog.Error("lease lost", attrs...)
 	p.emit(Event{Kind: EventLost, Instance: err.Instance, Err: err, SelfFence: reason == reasonSelfFence})
 	if then != nil {
 		then()

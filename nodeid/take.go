@@ -113,60 +113,6 @@ func (p *Provider) allowedIDs() []int {
 	return ids
 }
 
-// judge decides whether the lease in rec may be taken, and whether its
-// previous holder stopped gracefully (so its data may be hard-linked).
-//
-//   - A lease released by its holder (version >= 1) is free at once.
-//   - A never-held lease (version 0) is free at once only if the cluster
-//     marker names its ETag: it is then the object made at bootstrap,
-//     unchanged. Any other never-held object was created after the marker
-//     (an outside delete, a stale view): its ID may have a live holder, so
-//     it is judged like a held lease.
-//   - A forced release (release --force) is free at once but not graceful:
-//     an operator's word that the holder is dead does not stop its writes.
-//   - A legacy (empty) released object is judged like a held lease, and is
-//     never graceful: every empty object has the same ETag, so it proves
-//     nothing about which release it is, and an If-Match on it lands on any
-//     later empty state. Waiting until it has been quiet for a lease
-//     duration keeps a writer of empty bodies that is still active (an older
-//     version of this tool) from slipping a tenure in between.
-//   - A held lease is free when either expiry rule says so.
-func (p *Provider) judge(ctx context.Context, rec Record, arrived time.Time) (free, graceful bool) {
-	l := rec.Lease
-	if !l.Acquirable {
-		return false, false
-	}
-	if !l.Held() && l.Instance.Version > 0 && !l.Legacy {
-		return !bugOn(bugReleasedNeverFree), !l.Forced
-	}
-	marker, err := p.clusterMarker(ctx)
-	if err != nil {
-		return false, false // without the marker neither proof nor floor: wait
-	}
-	if !l.Held() && !l.Legacy && (bugOn(bugFreshFromAbsence) || marker.provesFresh(rec)) {
-		return true, true
-	}
-	if bugOn(bugWallClockExpiry) {
-		return !p.cfg.Clock.Now().Before(l.Expires), false
-	}
-	// The holder's own duration may be gone from the object (overwritten,
-	// or recreated by a task with a shorter one): the cluster's, recorded in
-	// the marker, is a floor that no task exceeds (Acquire refuses one that
-	// would).
-	//
-	// A lease of Camunda's provider records no duration; the one its
-	// timestamp claims is a floor too (see Record.ClaimedDuration).
-	claimed := rec.ClaimedDuration()
-	if bugOn(bugIgnoreClaimedDuration) {
-		claimed = 0
-	}
-	lease := max(l.Duration, p.cfg.LeaseDuration, marker.LeaseDuration, claimed)
-	if ExpiredByServerClock(rec.LastModified, rec.ServerDate, lease) {
-		return true, false
-	}
-	return p.seen.unchangedFor(rec.ID, rec.ETag, arrived) >= lease, false
-}
-
 // checkClusterLease refuses a lease duration above the cluster's (recorded in
 // the marker): waiters judge a lease whose object no longer records its
 // holder's duration by the cluster's, so a longer one could be taken while
@@ -225,7 +171,7 @@ func (p *Provider) take(ctx context.Context, rec Record, graceful bool) (NodeIns
 			sctx, cancel := context.WithTimeout(ctx, time.Duration(len(listing.Slots)+1)*p.cfg.RequestTimeout)
 			s := surveyLeases(sctx, p.repo, listing, 0)
 			cancel()
-			if err := s.unreadExcept(-1); err != nil && !bugOn(bugTakeAfterFailedSurvey) {
+			if err := p.rules.unread(s); err != nil {
 				// A lease we could not read may record a version above
 				// all we know: taking now could repeat it. Try later.
 				p.log.Warn("not taking the node id: a lease could not be read", "node_id", rec.ID, "err", err)
@@ -242,13 +188,7 @@ func (p *Provider) take(ctx context.Context, rec Record, graceful bool) (NodeIns
 		p.log.Error("node id has reached the largest version; it cannot be taken again", "node_id", rec.ID, "version", int64(p.acqKnown[rec.ID]))
 		return NodeInstance{}, false
 	}
-	inst := NodeInstance{ID: rec.ID, Version: p.acqKnown[rec.ID] + 1}
-	if bugOn(bugVersionNotBumped) {
-		inst.Version = max(p.acqKnown[rec.ID], 1)
-	}
-	if bugOn(bugVersionFromObject) {
-		inst.Version = rec.Lease.Instance.Version + 1
-	}
+	inst := NodeInstance{ID: rec.ID, Version: p.rules.nextVersion(p.acqKnown, rec)}
 	known := p.acqKnown.Clone()
 	known.Observe(inst.ID, inst.Version)
 	// The deadline and the timestamp both count from sent, read before the
@@ -262,7 +202,7 @@ func (p *Provider) take(ctx context.Context, rec Record, graceful bool) (NodeIns
 	etag, err := p.repo.Write(wctx, lease, rec.ETag)
 	cancel()
 	if err != nil {
-		if errors.Is(err, ErrPreconditionFailed) || errors.Is(err, ErrConflict) || errors.Is(err, ErrNotFound) {
+		if isLostRace(err) || errors.Is(err, ErrNotFound) {
 			p.log.Debug("lost the race for a node id", "node_id", inst.ID, "err", err)
 			return NodeInstance{}, false
 		}
@@ -276,7 +216,7 @@ func (p *Provider) take(ctx context.Context, rec Record, graceful bool) (NodeIns
 		etag = got.ETag
 	}
 
-	t := tenure{inst: inst, etag: etag, deadline: sent.Add(p.validity()), acquired: sent, graceful: graceful, known: known}
+	t := tenure{inst: inst, etag: etag, deadline: p.validUntil(sent), acquired: sent, graceful: graceful, known: known}
 	if err := p.hold(stateAcquiring, t, false); err != nil {
 		return NodeInstance{}, false
 	}
