@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/nodeid/nodeid/datadir"
-	"github.com/nodeid/nodeid/internal/camunda"
 	"github.com/nodeid/nodeid/internal/faultproxy"
+	"github.com/nodeid/nodeid/internal/camunda"
 	"github.com/nodeid/nodeid/internal/s3test"
 	"github.com/nodeid/nodeid/nodeid"
 )

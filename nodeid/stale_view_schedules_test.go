@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodeid/nodeid/internal/camunda"
 	"github.com/nodeid/nodeid/internal/faultproxy"
+	"github.com/nodeid/nodeid/internal/camunda"
 	"github.com/nodeid/nodeid/internal/s3test"
 	"github.com/nodeid/nodeid/nodeid"
 )
