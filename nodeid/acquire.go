@@ -76,14 +76,8 @@ func (p *Provider) beginAcquire() error {
 // cancelOnClose returns ctx, cancelled also by Close.
 func (p *Provider) cancelOnClose(ctx context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(ctx)
-	go func() {
-		select {
-		case <-p.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	return ctx, cancel
+	stop := context.AfterFunc(p.ctx, cancel)
+	return ctx, func() { stop(); cancel() }
 }
 
 // passResult is what one pass over the leases found.
@@ -137,10 +131,8 @@ func (p *Provider) sleep(ctx context.Context, t clock.Timer, delay time.Duration
 	case <-t.C():
 		return nil
 	case <-ctx.Done():
-		select {
-		case <-p.stop:
+		if p.ctx.Err() != nil {
 			return ErrClosed
-		default:
 		}
 		return ctx.Err()
 	}
@@ -265,38 +257,4 @@ func (p *Provider) get(ctx context.Context, id int) (Record, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
 	defer cancel()
 	return p.repo.Get(ctx, id)
-}
-
-// trySequential is one pass of the anchor's strategy, kept as a baseline for
-// benchmarks: IDs in order 0..N-1, a GET and, if free, a conditional PUT
-// each; the caller backs off exponentially (1 s doubling to 30 s) after a
-// full pass. Expiry is judged by the same safe rules as the default.
-func (p *Provider) trySequential(ctx context.Context) (passResult, error) {
-	ictx, cancel := context.WithTimeout(ctx, time.Duration(p.clusterSize()+2)*p.cfg.RequestTimeout)
-	err := Initialize(ictx, p.repo, p.clusterSize(), p.cfg.TaskID, p.cfg.LeaseDuration)
-	cancel()
-	if err != nil {
-		return passResult{}, err
-	}
-	if err := p.checkClusterLease(ctx); err != nil {
-		return passResult{}, err
-	}
-	for _, id := range p.allowedIDs() {
-		rec, err := p.get(ctx, id)
-		arrived := p.cfg.Clock.Now()
-		if err != nil {
-			if IsPermanent(err) {
-				return passResult{}, err
-			}
-			continue
-		}
-		p.seen.see(id, rec.ETag, arrived)
-		p.learn(rec.Lease)
-		if free, graceful := p.judge(ctx, rec, arrived); free {
-			if inst, ok := p.take(ctx, rec, graceful); ok {
-				return passResult{inst: inst, taken: true}, nil
-			}
-		}
-	}
-	return passResult{}, nil
 }

@@ -61,10 +61,13 @@ type Provider struct {
 	relErr      error // why the release on Close failed
 	detach      bool  // HandOff: stop without releasing
 
-	done     chan struct{} // closed when the tenure ends (lost or closed)
-	stop     chan struct{} // closed by Close
-	stopOnce sync.Once
-	loops    sync.WaitGroup // renew loop, watchdog, refresh loop
+	done chan struct{} // closed when the tenure ends (lost or closed)
+	// The provider's goroutines are held as Litestream holds a Replica's:
+	// Close cancels ctx (Acquire stops, the renew loop releases) and waits
+	// for loops (renew loop, watchdog, refresh loop).
+	ctx    context.Context
+	cancel context.CancelFunc
+	loops  sync.WaitGroup
 
 	seen observations // rule 2; used by Acquire only
 	// Used by Acquire only: the highest version of each node seen in any
@@ -73,11 +76,6 @@ type Provider struct {
 	marker   *ClusterMarker
 
 	stats providerStats
-}
-
-// validUntil is the self-fence deadline a write sent at sent earns.
-func (p *Provider) validUntil(sent time.Time) time.Time {
-	return p.rules.validUntil(sent, p.cfg.LeaseDuration, p.cfg.SafetyMargin)
 }
 
 // clusterSize is the number of node IDs in use (see size).
@@ -115,7 +113,6 @@ func NewProvider(repo Repository, cfg Config) (*Provider, error) {
 		cfg:      cfg,
 		log:      cfg.Logger.With("task_id", cfg.TaskID),
 		done:     make(chan struct{}),
-		stop:     make(chan struct{}),
 		seen:     observations{},
 		acqKnown: VersionMappings{},
 		pending:  map[string]time.Time{},
@@ -127,6 +124,7 @@ func NewProvider(repo Repository, cfg Config) (*Provider, error) {
 		}
 	}
 	p.size.Store(int64(cfg.ClusterSize))
+	p.ctx, p.cancel = context.WithCancel(context.Background())
 	return p, nil
 }
 
@@ -244,7 +242,7 @@ func (p *Provider) Close(ctx context.Context) error {
 		p.state = stateClosed
 	}
 	p.mu.Unlock()
-	p.stopOnce.Do(func() { close(p.stop) })
+	p.cancel()
 	finished := make(chan struct{})
 	go func() { p.loops.Wait(); close(finished) }()
 	select {

@@ -78,7 +78,7 @@ func (p *Provider) renewLoop(first time.Duration) {
 	defer t.Stop()
 	for {
 		select {
-		case <-p.stop:
+		case <-p.ctx.Done():
 			p.release()
 			return
 		case <-p.done:
@@ -108,7 +108,7 @@ func (p *Provider) renew() (time.Duration, bool) {
 	p.pending[lease.Nonce] = sent
 	p.mu.Unlock()
 
-	if p.rules.left(deadline, sent) <= 0 {
+	if !p.mayRenew(deadline, sent) {
 		// Woken after the deadline (a paused process, a starved goroutine):
 		// never send a renewal for a lease we no longer hold.
 		p.stats.selfFences.Add(1)
@@ -216,7 +216,7 @@ func (p *Provider) renewed(sent time.Time, etag string) (time.Duration, bool) {
 		p.mu.Unlock()
 		return 0, false
 	}
-	if p.rules.left(p.deadline, now) <= 0 {
+	if !p.mayRenew(p.deadline, now) {
 		p.mu.Unlock()
 		p.lose("renewal answered after the self-fence deadline", nil)
 		return 0, false

@@ -90,6 +90,17 @@ func (safeRules) mayCreateFresh(markerSeen bool) bool { return !markerSeen }
 
 func (safeRules) markRenewsBody(Lease) bool { return true }
 
+// validUntil is the self-fence deadline a write sent at sent earns.
+func (p *Provider) validUntil(sent time.Time) time.Time {
+	return p.rules.validUntil(sent, p.cfg.LeaseDuration, p.cfg.SafetyMargin)
+}
+
+// mayRenew reports whether a holder whose deadline is deadline may, at now,
+// still send a renewal or accept one's answer.
+func (p *Provider) mayRenew(deadline, now time.Time) bool {
+	return p.rules.left(deadline, now) > 0
+}
+
 // rulesOf returns the rules to decide by: safeRules, unless repo is a test's
 // repository that carries deliberately broken ones (the simulation's teeth
 // tests).
