@@ -50,6 +50,26 @@ var (
 	ErrClosed = errors.New("provider closed")
 )
 
+// isLostRace reports a conditional write that lost to another write: 412
+// (the object changed since our ETag, or exists) or 409 (two conditional
+// writes raced inside S3). Someone else wrote first.
+func isLostRace(err error) bool {
+	return errors.Is(err, ErrPreconditionFailed) || errors.Is(err, ErrConflict)
+}
+
+// IsPermanent reports errors that retrying will not cure: access denied, an
+// invalid configuration, no such bucket.
+func IsPermanent(err error) bool {
+	return errors.Is(err, ErrAccessDenied) || errors.Is(err, ErrInvalidConfig) ||
+		(errors.Is(err, ErrNotFound) && isNoSuchBucket(err))
+}
+
+// isNoSuchBucket: S3 said so, or a listing (which names no object) got 404.
+func isNoSuchBucket(err error) bool {
+	var se *StorageError
+	return errors.As(err, &se) && (se.Code == "NoSuchBucket" || se.Op == "list")
+}
+
 // StorageError describes a failed storage request. Its Kind is one of the
 // storage sentinels above and is what errors.Is matches.
 type StorageError struct {

@@ -84,7 +84,7 @@ func (p *Provider) HandOff(ctx context.Context) (Handoff, error) {
 		h.Pending = append(h.Pending, PendingWrite{Nonce: nonce, SentBoottimeNs: int64(boot - now.Sub(sent))})
 	}
 	sort.Slice(h.Pending, func(i, j int) bool { return h.Pending[i].Nonce < h.Pending[j].Nonce })
-	p.log.Info("handed off node id", "node_id", h.Instance.ID, "version", int64(h.Instance.Version), "valid_for", left.Round(time.Millisecond))
+	p.tlog.Info("handed off node id", "valid_for", left.Round(time.Millisecond))
 	p.emit(Event{Kind: EventHandedOff, Instance: h.Instance})
 	return h, nil
 }
@@ -111,47 +111,27 @@ func (p *Provider) Adopt(ctx context.Context, h Handoff) (NodeInstance, error) {
 	// the inherited validity instead of stretching it.
 	now := p.cfg.Clock.Now()
 	boot := systemBoottime()
-	left := time.Duration(h.ValidUntilBoottimeNs) - boot
-	if bugOn(bugAdoptStretches) {
-		left += p.cfg.LeaseDuration
-	}
+	left := p.rules.inherited(h, boot)
 	if left <= 0 {
 		return NodeInstance{}, &LostError{Instance: h.Instance, Reason: fmt.Sprintf("hand-off expired %v ago", (-left).Round(time.Millisecond))}
 	}
-	p.mu.Lock()
-	if p.state != stateIdle {
-		p.mu.Unlock()
-		return NodeInstance{}, errors.New("nodeid: Adopt on a provider that is not idle")
+	t := tenure{inst: h.Instance, etag: h.ETag, deadline: now.Add(left), acquired: now, graceful: h.PreviousGraceful,
+		known: h.KnownVersions.Clone(), pending: map[string]time.Time{}}
+	if t.known == nil {
+		t.known = VersionMappings{}
 	}
-	p.state = stateHolding
-	p.instance = h.Instance
-	p.etag = h.ETag
-	p.deadline = now.Add(left)
-	p.acquired = now
-	p.graceful = h.PreviousGraceful
-	p.known = h.KnownVersions.Clone()
-	if p.known == nil {
-		p.known = VersionMappings{}
-	}
-	p.known.Observe(h.Instance.ID, h.Instance.Version)
+	t.known.Observe(h.Instance.ID, h.Instance.Version)
 	for _, w := range h.Pending {
-		p.pending[w.Nonce] = now.Add(time.Duration(w.SentBoottimeNs) - boot)
+		t.pending[w.Nonce] = now.Add(time.Duration(w.SentBoottimeNs) - boot)
 	}
-	p.ready = h.PreviousGraceful || p.cfg.ReadinessTimeout == 0
-	p.mu.Unlock()
-
-	// The watchdog guards the first renewal too.
-	p.loops.Add(1)
-	go func() { defer p.loops.Done(); p.watchdog() }()
-	next, ok := p.renew()
-	if !ok {
+	switch err := p.hold(stateIdle, t, true); {
+	case errors.Is(err, errNotFrom):
+		return NodeInstance{}, errors.New("nodeid: Adopt on a provider that is not idle")
+	case err != nil:
 		return NodeInstance{}, p.Err()
 	}
-	p.loops.Add(2)
-	go func() { defer p.loops.Done(); p.renewLoop(next) }()
-	go func() { defer p.loops.Done(); p.refreshLoop() }()
 	deadline, _ := p.Deadline()
-	p.log.Info("adopted node id", "node_id", h.Instance.ID, "version", int64(h.Instance.Version))
+	p.tlog.Info("adopted node id")
 	p.emit(Event{Kind: EventAcquired, Instance: h.Instance, Deadline: deadline, Graceful: h.PreviousGraceful})
 	return h.Instance, nil
 }

@@ -150,9 +150,6 @@ func (l Lease) Encode() ([]byte, map[string]string) {
 		if l.Writer != "" {
 			meta[MetaWriter] = l.Writer
 		}
-		if bugOn(bugNoNonce) {
-			return nil, meta // as before bodies had nonces: every such object has one ETag
-		}
 		body := appendNonce([]byte(releasedBody), l.Nonce)
 		pad := (releasedSizeQuantum - len(body)%releasedSizeQuantum) % releasedSizeQuantum
 		return append(body, bytes.Repeat([]byte{' '}, pad)...), meta

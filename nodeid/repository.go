@@ -127,7 +127,7 @@ func initializeFrom(ctx context.Context, repo Repository, listing Listing, size 
 		// Without a marker the cluster is fresh only if every object there
 		// is a never-held one; an empty listing of a bucket without a marker
 		// is the only state that needs no reading.
-		noMarker := !listing.MarkerSeen || bugOn(bugFreshFromAbsence)
+		noMarker := rulesOf(repo).mayCreateFresh(listing.MarkerSeen)
 		s := survey{known: VersionMappings{}, fresh: noMarker, duration: leaseDuration}
 		if len(listing.Slots) > 0 {
 			s = surveyLeases(ctx, repo, listing, leaseDuration)
@@ -174,7 +174,7 @@ func initializeFrom(ctx context.Context, repo Repository, listing Listing, size 
 	switch {
 	case err == nil:
 		b.marker = &m
-	case !errors.Is(err, ErrPreconditionFailed) && !errors.Is(err, ErrConflict):
+	case !isLostRace(err):
 		return b, fmt.Errorf("create cluster marker: %w", err)
 	}
 	b.listing.MarkerSeen = true
@@ -333,7 +333,7 @@ func createMissing(ctx context.Context, repo Repository, listing Listing, missin
 			rec := Record{Slot: Slot{ID: id, ETag: etag, Size: int64(len(body))}, Lease: l}
 			created = append(created, rec)
 			listing.Slots = append(listing.Slots, rec.Slot)
-		case errors.Is(err, ErrPreconditionFailed) || errors.Is(err, ErrConflict):
+		case isLostRace(err):
 			grown, lerr := relist()
 			if lerr != nil {
 				return listing, created, false, lerr
@@ -436,7 +436,7 @@ func scaleChecked(ctx context.Context, repo Repository, size int, taskID string,
 			if errors.Is(err, ErrChanged) {
 				return fmt.Errorf("scale node %d: %w", s.ID, err)
 			}
-			if (errors.Is(err, ErrPreconditionFailed) || errors.Is(err, ErrConflict)) && attempt < 10 {
+			if isLostRace(err) && attempt < 10 {
 				continue // renewed under us: read again
 			}
 			return fmt.Errorf("scale node %d: %w", s.ID, err)
@@ -460,7 +460,7 @@ func setAcquirable(ctx context.Context, repo Repository, id int, acquirable bool
 	}
 	l := rec.Lease
 	l.Acquirable = acquirable
-	if l.Held() || !bugOn(bugScaleKeepsBody) {
+	if rulesOf(repo).markRenewsBody(l) {
 		l.Nonce = nonce()
 		if !l.Held() {
 			// A legacy release written back in this format must not start
@@ -473,7 +473,7 @@ func setAcquirable(ctx context.Context, repo Repository, id int, acquirable bool
 		}
 	}
 	_, err = repo.Write(ctx, l, rec.ETag)
-	if checked != nil && (errors.Is(err, ErrPreconditionFailed) || errors.Is(err, ErrConflict)) {
+	if checked != nil && isLostRace(err) {
 		return fmt.Errorf("%w: %w", ErrChanged, err)
 	}
 	return err
@@ -574,7 +574,7 @@ func forceReleaseChecked(ctx context.Context, repo Repository, id int, atLeast V
 	} else {
 		_, err = repo.Write(ctx, released, rec.ETag)
 	}
-	if checked != nil && (errors.Is(err, ErrPreconditionFailed) || errors.Is(err, ErrConflict)) {
+	if checked != nil && isLostRace(err) {
 		return 0, fmt.Errorf("node %d: %w: %w", id, ErrChanged, err)
 	}
 	if err != nil {

@@ -34,7 +34,7 @@ func TestSlowCredentialEndpointIsRetryable(t *testing.T) {
 	}
 	_, err = repo.List(context.Background())
 	t.Logf("list error: %v", err)
-	if errors.Is(err, ErrAccessDenied) || fatalStorageError(err) {
-		t.Fatalf("a credential endpoint that timed out once is classified as %v (fatal=%v); want a retryable ErrUnavailable", err, fatalStorageError(err))
+	if errors.Is(err, ErrAccessDenied) || IsPermanent(err) {
+		t.Fatalf("a credential endpoint that timed out once is classified as %v (fatal=%v); want a retryable ErrUnavailable", err, IsPermanent(err))
 	}
 }

@@ -315,20 +315,20 @@ func (r *S3Repository) Probe(ctx context.Context) error {
 
 	// Make sure the object exists; a concurrent prober may create it first.
 	etag, err := r.put(ctx, "probe create", key, body(), meta, "", true)
-	if err != nil && !errors.Is(err, ErrPreconditionFailed) && !errors.Is(err, ErrConflict) {
+	if err != nil && !isLostRace(err) {
 		return fmt.Errorf("probe: %w", err)
 	}
 	// A second create must be refused.
 	if _, err := r.put(ctx, "probe create", key, body(), meta, "", true); err == nil {
 		return fmt.Errorf("%w: a second PutObject with If-None-Match: * on %s succeeded", ErrConditionalWritesNotEnforced, key)
-	} else if !errors.Is(err, ErrPreconditionFailed) && !errors.Is(err, ErrConflict) {
+	} else if !isLostRace(err) {
 		return fmt.Errorf("probe: %w", err)
 	}
 	// A wrong ETag must be refused.
 	wrong := `"00000000000000000000000000000000"`
 	if _, err := r.put(ctx, "probe write", key, body(), meta, wrong, false); err == nil {
 		return fmt.Errorf("%w: PutObject with If-Match of a wrong ETag on %s succeeded", ErrConditionalWritesNotEnforced, key)
-	} else if !errors.Is(err, ErrPreconditionFailed) && !errors.Is(err, ErrConflict) {
+	} else if !isLostRace(err) {
 		return fmt.Errorf("probe: %w", err)
 	}
 	// The right ETag must be accepted. Another prober may write in between;
@@ -354,7 +354,7 @@ func (r *S3Repository) Probe(ctx context.Context) error {
 		if err == nil {
 			return nil
 		}
-		if !errors.Is(err, ErrPreconditionFailed) && !errors.Is(err, ErrConflict) {
+		if !isLostRace(err) {
 			return fmt.Errorf("probe: %w", err)
 		}
 	}

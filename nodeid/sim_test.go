@@ -46,7 +46,8 @@ import (
 var (
 	simSeed    = flag.Int("sim.seed", -1, "replay this simulation seed in TestSimulationSeed")
 	simSeeds   = flag.Int("sim.seeds", 200, "seeds in TestSimulationSweep (SIM_SEEDS overrides)")
-	simBugName = flag.String("sim.bug", "", "TestSimulationSeed: switch on the deliberate bug whose name contains this (-tags simbugs for the provider's)")
+	simBugName = flag.String("sim.bug", "", "TestSimulationSeed: switch on the deliberate bug whose name contains this")
+	simTeethOn = flag.Bool("sim.teeth", false, "run TestSimulationFindsDeliberateBugs (make sim-teeth)")
 )
 
 // simParams are the shape, timing and fault rates of a run; simParamsFor
@@ -66,8 +67,9 @@ type simParams struct {
 	maxSpike    time.Duration // 3 % of requests are delayed by up to this much more
 	staleLists  int           // per mille of listing pages served from a snapshot up to maxStale old
 	pageSize    int           // keys per listing page (S3's max-keys); 0: one page
-	// Deliberate bugs, for the teeth tests: bugs in the provider (simbugs
-	// builds only), and two in the layers around it, modelled here.
+	// Deliberate bugs, for the teeth tests: bugs in the provider and the
+	// repository functions (brokenrules_test.go), and two in the layers
+	// around them, modelled here.
 	bugs                    simBug
 	releaseBeforeGroupExits bool // the supervisor releases before the process group is gone
 	prepareIgnoresNewer     bool // data preparation ignores (and GC deletes) versions above its own
@@ -622,6 +624,13 @@ func (w *simWorld) startTask(stop <-chan struct{}) {
 	t.repo = &simRepo{w: w, task: t}
 	cfg := w.config(name, c, w.rng.Uint64())
 	cfg.OnLost = func(error) { w.taskExited(t) }
+	if w.p.bugs&bugWriteAfterLoss != 0 {
+		cfg.OnEvent = func(e Event) {
+			if e.Kind == EventLost {
+				writeAfterLoss(t.prov())
+			}
+		}
+	}
 	if w.p.camunda > 0 {
 		cfg.Wall = func() time.Time { return time.Now().Add(offset) } // no drift: time sync
 	}
@@ -1157,8 +1166,6 @@ type simResult struct {
 // runSim runs one seed inside a synctest bubble.
 func runSim(t *testing.T, p simParams, trace io.Writer) simResult {
 	var res simResult
-	setSimBugs(t, p.bugs)
-	defer setSimBugs(t, 0)
 	defer func(f func() time.Duration) { systemBoottime = f }(systemBoottime)
 	synctest.Test(t, func(t *testing.T) {
 		// Hand-offs carry deadlines on the host's boottime: true time here.
@@ -1462,11 +1469,11 @@ func mixedForTeeth(p *simParams) {
 
 // The checker has teeth: each deliberate bug is found within its budget,
 // on the sweep's own seeds. A seed counts only if the same seed without the
-// bug shows no violation of that kind. The provider's bugs exist only with
-// -tags simbugs.
+// bug shows no violation of that kind. It runs with -sim.teeth (make
+// sim-teeth).
 func TestSimulationFindsDeliberateBugs(t *testing.T) {
-	if !simBugsBuild {
-		t.Skip("the deliberate bugs need -tags simbugs (make sim-teeth)")
+	if !*simTeethOn {
+		t.Skip("set -sim.teeth to run (make sim-teeth)")
 	}
 	for _, c := range simTeeth {
 		t.Run(c.name, func(t *testing.T) {

@@ -326,7 +326,7 @@ func (t *simTask) seenAs(etag string) *simObject {
 
 // store writes req's lease and checks the invariants of a write on the way.
 func (w *simWorld) store(req *simRequest, now time.Time) *simObject {
-	body, meta := req.lease.Encode()
+	body, meta := w.encode(req.lease)
 	if req.raw {
 		body, meta = req.body, req.meta
 	}
@@ -619,7 +619,7 @@ func (w *simWorld) corrupt(id int, now time.Time, how int) string {
 		// an If-Match read before would land on it, as on S3.)
 		l := o.lease
 		l.Instance.Version += 7
-		body, _ = l.Encode()
+		body, _ = w.encode(l)
 		meta = maps.Clone(o.meta)
 	}
 	if _, decoded := decodeOK(id, body, meta); decoded {

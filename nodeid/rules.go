@@ -1,0 +1,156 @@
+package nodeid
+
+import (
+	"context"
+	"time"
+)
+
+// The safety rules of the protocol, in one place: what a renewal earns and
+// until when a holder may act (renew.go), when another task's lease is free
+// (judge, below), which version a take writes (take.go), what a hand-off
+// passes on (handoff.go), and two rules of the bootstrap and of scaling
+// (repository.go). docs/design.md argues each.
+//
+// They sit behind an interface only so that the simulation's teeth tests can
+// break one at a time (brokenRules, in brokenrules_test.go) and show that
+// the checker notices; production code always decides by safeRules.
+type rules interface {
+	// validUntil is the self-fence deadline a write SENT at sent earns, on
+	// the holder's monotonic clock: s + L - m.
+	validUntil(sent time.Time, lease, margin time.Duration) time.Time
+	// left is how long a holder whose deadline is deadline may still act,
+	// as of now. It sends a renewal, and accepts one's answer, only while
+	// left > 0; each of its requests ends by then; its watchdog fences it
+	// when left reaches 0.
+	left(deadline, now time.Time) time.Duration
+	// inherited is the validity an adopter takes over from a hand-off, as
+	// of boot (CLOCK_BOOTTIME): never more than the acquirer had.
+	inherited(h Handoff, boot time.Duration) time.Duration
+
+	// releasedFree judges a lease its holder released (version >= 1, not
+	// legacy): free at once, graceful unless forced.
+	releasedFree(l Lease) (free, graceful bool)
+	// provesFresh reports whether a never-held object is free at once: only
+	// if the cluster marker names it (ClusterMarker.provesFresh).
+	provesFresh(m ClusterMarker, rec Record) bool
+	// holderDuration is the lease duration a waiter must assume the holder
+	// of rec has: the longest of its own, ours, the cluster's (marker) and
+	// the one a Camunda lease's timestamp claims.
+	holderDuration(rec Record, own, cluster time.Duration) time.Duration
+	// expired applies the two expiry rules to a held lease of duration
+	// lease whose ETag we have seen unchanged for unchangedFor: the server's
+	// clock (ExpiredByServerClock) or our own (observations). Neither
+	// compares two machines' clocks.
+	expired(rec Record, lease, unchangedFor time.Duration) bool
+	// unread returns why a take may not go ahead after the survey s: a
+	// lease it could not read may record a version above all we know.
+	unread(s survey) error
+	// nextVersion is the version a take of rec writes: above every version
+	// known for its ID.
+	nextVersion(known VersionMappings, rec Record) Version
+
+	// mayCreateFresh reports whether the bootstrap may create never-held
+	// objects: only while the cluster has no marker (markerSeen false).
+	mayCreateFresh(markerSeen bool) bool
+	// markRenewsBody reports whether marking l (un)usable writes a new body
+	// with a fresh nonce: always, held or released, so that an If-Match
+	// read before the mark cannot land after it (see Scale).
+	markRenewsBody(l Lease) bool
+}
+
+type safeRules struct{}
+
+func (safeRules) validUntil(sent time.Time, lease, margin time.Duration) time.Time {
+	return sent.Add(lease - margin)
+}
+
+func (safeRules) left(deadline, now time.Time) time.Duration { return deadline.Sub(now) }
+
+func (safeRules) inherited(h Handoff, boot time.Duration) time.Duration {
+	return time.Duration(h.ValidUntilBoottimeNs) - boot
+}
+
+func (safeRules) releasedFree(l Lease) (free, graceful bool) { return true, !l.Forced }
+
+func (safeRules) provesFresh(m ClusterMarker, rec Record) bool { return m.provesFresh(rec) }
+
+func (safeRules) holderDuration(rec Record, own, cluster time.Duration) time.Duration {
+	return max(rec.Lease.Duration, own, cluster, rec.ClaimedDuration())
+}
+
+func (safeRules) expired(rec Record, lease, unchangedFor time.Duration) bool {
+	return ExpiredByServerClock(rec.LastModified, rec.ServerDate, lease) || unchangedFor >= lease
+}
+
+func (safeRules) unread(s survey) error { return s.unreadExcept(-1) }
+
+func (safeRules) nextVersion(known VersionMappings, rec Record) Version { return known[rec.ID] + 1 }
+
+func (safeRules) mayCreateFresh(markerSeen bool) bool { return !markerSeen }
+
+func (safeRules) markRenewsBody(Lease) bool { return true }
+
+// validUntil is the self-fence deadline a write sent at sent earns.
+func (p *Provider) validUntil(sent time.Time) time.Time {
+	return p.rules.validUntil(sent, p.cfg.LeaseDuration, p.cfg.SafetyMargin)
+}
+
+// mayRenew reports whether a holder whose deadline is deadline may, at now,
+// still send a renewal or accept one's answer.
+func (p *Provider) mayRenew(deadline, now time.Time) bool {
+	return p.rules.left(deadline, now) > 0
+}
+
+// rulesOf returns the rules to decide by: safeRules, unless repo is a test's
+// repository that carries deliberately broken ones (the simulation's teeth
+// tests).
+func rulesOf(repo Repository) rules {
+	if r, ok := repo.(interface{ rules() rules }); ok {
+		return r.rules()
+	}
+	return safeRules{}
+}
+
+// judge decides whether the lease in rec may be taken, and whether its
+// previous holder stopped gracefully (so its data may be hard-linked).
+//
+//   - A lease released by its holder (version >= 1) is free at once.
+//   - A never-held lease (version 0) is free at once only if the cluster
+//     marker names its ETag: it is then the object made at bootstrap,
+//     unchanged. Any other never-held object was created after the marker
+//     (an outside delete, a stale view): its ID may have a live holder, so
+//     it is judged like a held lease.
+//   - A forced release (release --force) is free at once but not graceful:
+//     an operator's word that the holder is dead does not stop its writes.
+//   - A legacy (empty) released object is judged like a held lease, and is
+//     never graceful: every empty object has the same ETag, so it proves
+//     nothing about which release it is, and an If-Match on it lands on any
+//     later empty state. Waiting until it has been quiet for a lease
+//     duration keeps a writer of empty bodies that is still active (an older
+//     version of this tool) from slipping a tenure in between.
+//   - A held lease is free when either expiry rule says so.
+func (p *Provider) judge(ctx context.Context, rec Record, arrived time.Time) (free, graceful bool) {
+	l := rec.Lease
+	if !l.Acquirable {
+		return false, false
+	}
+	if !l.Held() && l.Instance.Version > 0 && !l.Legacy {
+		return p.rules.releasedFree(l)
+	}
+	marker, err := p.clusterMarker(ctx)
+	if err != nil {
+		return false, false // without the marker neither proof nor floor: wait
+	}
+	if !l.Held() && !l.Legacy && p.rules.provesFresh(marker, rec) {
+		return true, true
+	}
+	// The holder's own duration may be gone from the object (overwritten,
+	// or recreated by a task with a shorter one): the cluster's, recorded in
+	// the marker, is a floor that no task exceeds (Acquire refuses one that
+	// would).
+	//
+	// A lease of Camunda's provider records no duration; the one its
+	// timestamp claims is a floor too (see Record.ClaimedDuration).
+	lease := p.rules.holderDuration(rec, p.cfg.LeaseDuration, marker.LeaseDuration)
+	return p.rules.expired(rec, lease, p.seen.unchangedFor(rec.ID, rec.ETag, arrived)), false
+}
