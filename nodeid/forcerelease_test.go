@@ -249,3 +249,30 @@ func TestScaleIfUnchangedRefusesAnObjectChangedSinceTheCheck(t *testing.T) {
 		}
 	})
 }
+
+// Schedule: `release --force` while the holder is alive (the fault model:
+// "release --force at any moment"). Two holders for up to a renewal
+// interval are the operator's doing (the command says: only when the
+// holder is known to be dead), but the successor must not also hard-link
+// the live holder's files: a forced release is marked, and its successor
+// copies.
+func TestForceReleaseOfALiveHolderIsNotAGracefulTakeover(t *testing.T) {
+	srv := s3test.NewFake(t)
+	direct := newRepo(t, srv, "")
+	holder := newProvider(t, direct, fastConfig(t, "holder", 1, newLossRecorder()))
+	acquire(t, holder, 5*time.Second)
+
+	if _, err := nodeid.ForceRelease(context.Background(), direct, 0, 0, "operator"); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := direct.Get(context.Background(), 0)
+	if err != nil || !rec.Lease.Forced || rec.Lease.Held() {
+		t.Fatalf("forced release reads back as %+v, %v", rec.Lease, err)
+	}
+	succ := newProvider(t, direct, fastConfig(t, "successor", 1, nil))
+	inst := acquire(t, succ, 5*time.Second)
+	if succ.PreviousGracefullyShutdown() {
+		t.Fatalf("successor %v after release --force believes its predecessor stopped gracefully: it would hard-link the live holder's files", inst)
+	}
+	waitFor(t, 3*time.Second, "the old holder to fence itself", func() bool { return !holder.Valid() })
+}
