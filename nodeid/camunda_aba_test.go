@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/nodeid/nodeid/datadir"
-	"github.com/nodeid/nodeid/internal/faultproxy"
 	"github.com/nodeid/nodeid/internal/camunda"
+	"github.com/nodeid/nodeid/internal/faultproxy"
 	"github.com/nodeid/nodeid/internal/s3test"
 	"github.com/nodeid/nodeid/nodeid"
 )
@@ -91,16 +91,5 @@ func TestCamundaTenureInsideATakeFlightIsStoppedByTheDataRoot(t *testing.T) {
 // rootRepoAt is rootRepo through endpoint (a fault proxy).
 func rootRepoAt(t testing.TB, srv *s3test.Server, endpoint string) *nodeid.S3Repository {
 	t.Helper()
-	client, err := nodeid.NewS3Client(context.Background(), nodeid.S3Config{
-		Endpoint: endpoint, Region: srv.Region, PathStyle: true,
-		AccessKey: srv.AccessKey, SecretKey: srv.SecretKey,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	repo, err := nodeid.NewS3Repository(client, srv.Bucket, "", 2*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return repo
+	return newS3Repo(t, srv, endpoint, "", 2*time.Second)
 }

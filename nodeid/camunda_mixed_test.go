@@ -23,18 +23,7 @@ import (
 // keys are at the bucket root.
 func rootRepo(t testing.TB, srv *s3test.Server) *nodeid.S3Repository {
 	t.Helper()
-	client, err := nodeid.NewS3Client(context.Background(), nodeid.S3Config{
-		Endpoint: srv.URL, Region: srv.Region, PathStyle: true,
-		AccessKey: srv.AccessKey, SecretKey: srv.SecretKey,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	repo, err := nodeid.NewS3Repository(client, srv.Bucket, "", 2*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return repo
+	return newS3Repo(t, srv, "", "", 2*time.Second)
 }
 
 // runBroker starts b's renewals; the returned stop ends them without a

@@ -34,30 +34,17 @@ func TestTakeAfterAFailedSurveyWaitsForEveryLease(t *testing.T) {
 
 	// The taker's GETs of the peer's lease fail (503 SlowDown) while
 	// failing is set; every other request reaches the server.
-	client, err := nodeid.NewS3Client(ctx, nodeid.S3Config{
-		Endpoint: srv.URL, Region: srv.Region, PathStyle: true, AccessKey: srv.AccessKey, SecretKey: srv.SecretKey,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var failing atomic.Bool
 	var failed atomic.Int64
 	failing.Store(true)
 	peerKey := nodeid.LeaseKey(testPrefix, 1)
-	failPeer := middleware.InitializeMiddlewareFunc("failPeerGet", func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+	repo := newS3Repo(t, srv, "", testPrefix, 2*time.Second, beforeEveryRequest("failPeerGet", func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
 		if g, ok := in.Parameters.(*s3.GetObjectInput); ok && failing.Load() && strings.HasSuffix(aws.ToString(g.Key), peerKey) {
 			failed.Add(1)
 			return middleware.InitializeOutput{}, middleware.Metadata{}, errors.New("injected: 503 SlowDown")
 		}
 		return next.HandleInitialize(ctx, in)
-	})
-	faulty := s3.New(client.Options(), func(o *s3.Options) {
-		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error { return s.Initialize.Add(failPeer, middleware.Before) })
-	})
-	repo, err := nodeid.NewS3Repository(faulty, srv.Bucket, testPrefix, 2*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	}))
 
 	p := newProvider(t, repo, fastConfig(t, "taker", 2, newLossRecorder()))
 	res := acquireAsync(p)
