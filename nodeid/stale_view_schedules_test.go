@@ -76,25 +76,9 @@ func TestPausedTaskNeverRecreatesADeletedObjectAsNeverHeld(t *testing.T) {
 	first := cycle(t, direct, "a", 1)
 	cycle(t, direct, "b", 1)
 
-	renewed := make(chan struct{}, 100)
-	hCfg := fastConfig(t, "holder", 1, newLossRecorder())
-	hCfg.OnEvent = func(e nodeid.Event) {
-		if e.Kind == nodeid.EventRenewed {
-			select {
-			case renewed <- struct{}{}:
-			default:
-			}
-		}
-	}
-	holder := newProvider(t, direct, hCfg)
-	held := acquire(t, holder, 5*time.Second)
-	t.Logf("a held %v; the holder holds %v", first, held)
-
 	// Just after a renewal: the holder's next one is R away.
-	for len(renewed) > 0 {
-		<-renewed
-	}
-	<-renewed
+	_, held := holderJustRenewed(t, direct)
+	t.Logf("a held %v; the holder holds %v", first, held)
 	deleteRaw(t, srv, nodeid.LeaseKey(testPrefix, 0))
 	close(paused.gate) // W resumes
 
@@ -130,22 +114,7 @@ func TestRecreationInARunClusterDoesNotLetCamundaTakeALiveLease(t *testing.T) {
 	wGot := acquireAsync(w)
 	<-paused.listed
 
-	renewed := make(chan struct{}, 100)
-	hCfg := fastConfig(t, "holder", 1, newLossRecorder())
-	hCfg.OnEvent = func(e nodeid.Event) {
-		if e.Kind == nodeid.EventRenewed {
-			select {
-			case renewed <- struct{}{}:
-			default:
-			}
-		}
-	}
-	holder := newProvider(t, direct, hCfg)
-	held := acquire(t, holder, 5*time.Second)
-	for len(renewed) > 0 {
-		<-renewed
-	}
-	<-renewed // the holder just renewed: valid for L - m, next renewal in R
+	holder, held := holderJustRenewed(t, direct) // valid for L - m, next renewal in R
 
 	deleteRaw(t, srv, nodeid.LeaseKey("", 0))
 	close(paused.gate)
@@ -283,22 +252,7 @@ func TestStaleListingNeverRecreatesADeletedObjectAsNeverHeld(t *testing.T) {
 	direct := newRepo(t, srv, "")
 	first := cycle(t, direct, "a", 1)
 	cycle(t, direct, "b", 1)
-	renewed := make(chan struct{}, 100)
-	hCfg := fastConfig(t, "holder", 1, newLossRecorder())
-	hCfg.OnEvent = func(e nodeid.Event) {
-		if e.Kind == nodeid.EventRenewed {
-			select {
-			case renewed <- struct{}{}:
-			default:
-			}
-		}
-	}
-	holder := newProvider(t, direct, hCfg)
-	held := acquire(t, holder, 5*time.Second)
-	for len(renewed) > 0 {
-		<-renewed
-	}
-	<-renewed
+	_, held := holderJustRenewed(t, direct)
 	deleteRaw(t, srv, nodeid.LeaseKey(testPrefix, 0))
 
 	w := newProvider(t, &staleFirstList{Repository: direct}, fastConfig(t, "w", 1, newLossRecorder()))
@@ -306,4 +260,28 @@ func TestStaleListingNeverRecreatesADeletedObjectAsNeverHeld(t *testing.T) {
 	if inst.Version <= held.Version {
 		t.Fatalf("W took %v after %v was handed out: the version went down (v%d was a's, %v)", inst, held, inst.Version, first)
 	}
+}
+
+// holderJustRenewed has task "holder" acquire node 0 of a one-node cluster
+// on repo and returns just after one of its renewals: its next one is R
+// away.
+func holderJustRenewed(t *testing.T, repo nodeid.Repository) (*nodeid.Provider, nodeid.NodeInstance) {
+	t.Helper()
+	renewed := make(chan struct{}, 100)
+	cfg := fastConfig(t, "holder", 1, newLossRecorder())
+	cfg.OnEvent = func(e nodeid.Event) {
+		if e.Kind == nodeid.EventRenewed {
+			select {
+			case renewed <- struct{}{}:
+			default:
+			}
+		}
+	}
+	holder := newProvider(t, repo, cfg)
+	held := acquire(t, holder, 5*time.Second)
+	for len(renewed) > 0 {
+		<-renewed
+	}
+	<-renewed
+	return holder, held
 }
