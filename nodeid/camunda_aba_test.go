@@ -29,10 +29,7 @@ import (
 func TestCamundaTenureInsideATakeFlightIsStoppedByTheDataRoot(t *testing.T) {
 	srv := s3test.NewFake(t)
 	ctx := context.Background()
-	client := srv.Client(t)
-	if err := camunda.Bootstrap(ctx, client, srv.Bucket, 1); err != nil {
-		t.Fatal(err)
-	}
+	client := camundaBucket(t, srv, 1)
 	if _, err := camunda.WriteReleased(ctx, client, srv.Bucket, 0, 2, true); err != nil {
 		t.Fatal(err)
 	}
