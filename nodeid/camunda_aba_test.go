@@ -33,11 +33,7 @@ func TestCamundaTenureInsideATakeFlightIsStoppedByTheDataRoot(t *testing.T) {
 	if _, err := camunda.WriteReleased(ctx, client, srv.Bucket, 0, 2, true); err != nil {
 		t.Fatal(err)
 	}
-	proxy, err := faultproxy.Start(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
+	proxy := startProxy(t, srv)
 	proxy.Set(faultproxy.Fault{Blackhole: true, Methods: []string{http.MethodPut}})
 
 	cfg := fastConfig(t, "nodeid-late", 1, nil)

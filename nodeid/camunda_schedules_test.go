@@ -201,11 +201,7 @@ func TestScaleOverALegacyReleaseNeverLowersTheVersion(t *testing.T) {
 	if _, err := camunda.WriteReleased(ctx, client, srv.Bucket, 1, 3, true); err != nil {
 		t.Fatal(err)
 	}
-	proxy, err := faultproxy.Start(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
+	proxy := startProxy(t, srv)
 	proxy.Set(faultproxy.Fault{Blackhole: true, Methods: []string{http.MethodPut}})
 
 	scaled := make(chan error, 1)

@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go/middleware"
 
+	"github.com/nodeid/nodeid/internal/faultproxy"
 	"github.com/nodeid/nodeid/internal/s3test"
 	"github.com/nodeid/nodeid/nodeid"
 )
@@ -351,4 +352,14 @@ func withLogBook(t testing.TB, cfg nodeid.Config) (nodeid.Config, *logBook) {
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(io.MultiWriter(w, b), &slog.HandlerOptions{Level: slog.LevelDebug}))
 	return cfg, b
+}
+
+func startProxy(t *testing.T, srv *s3test.Server) *faultproxy.Proxy {
+	t.Helper()
+	p, err := faultproxy.Start(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
 }

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodeid/nodeid/internal/faultproxy"
 	"github.com/nodeid/nodeid/internal/camunda"
+	"github.com/nodeid/nodeid/internal/faultproxy"
 	"github.com/nodeid/nodeid/internal/s3test"
 	"github.com/nodeid/nodeid/nodeid"
 )
@@ -154,18 +154,11 @@ func TestRecreationInARunClusterDoesNotLetCamundaTakeALiveLease(t *testing.T) {
 func TestRejectedRenewalWithAFailingReadStopsTheHolderWithinT(t *testing.T) {
 	srv := s3test.NewFake(t)
 	proxy := startProxy(t, srv)
-	var mu sync.Mutex
-	var rejectedAt time.Time
+	var rejected firstEvent
 	cfg := fastConfig(t, "holder", 1, newLossRecorder())
-	cfg.OnEvent = func(e nodeid.Event) {
-		if e.Kind == nodeid.EventRenewalFailed && errors.Is(e.Err, nodeid.ErrPreconditionFailed) {
-			mu.Lock()
-			if rejectedAt.IsZero() {
-				rejectedAt = time.Now()
-			}
-			mu.Unlock()
-		}
-	}
+	cfg.OnEvent = rejected.onEvent(func(e nodeid.Event) bool {
+		return e.Kind == nodeid.EventRenewalFailed && errors.Is(e.Err, nodeid.ErrPreconditionFailed)
+	})
 	holder := newProvider(t, newRepo(t, srv, proxy.URL), cfg)
 	held := acquire(t, holder, 5*time.Second)
 
@@ -174,14 +167,8 @@ func TestRejectedRenewalWithAFailingReadStopsTheHolderWithinT(t *testing.T) {
 	body, meta := foreignLease("someone-else", 0, int64(held.Version)+1)
 	putRaw(t, srv, nodeid.LeaseKey(testPrefix, 0), body, meta)
 
-	waitFor(t, 3*time.Second, "a rejected renewal", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return !rejectedAt.IsZero()
-	})
-	mu.Lock()
-	at := rejectedAt
-	mu.Unlock()
+	waitFor(t, 3*time.Second, "a rejected renewal", func() bool { return !rejected.at().IsZero() })
+	at := rejected.at()
 	waitFor(t, 3*time.Second, "the holder to stop", func() bool { return !holder.Valid() })
 	stayed := time.Since(at)
 	// One GET (bounded by T) is all reconcile needs to decide; allow that.
@@ -200,18 +187,9 @@ func TestRejectedRenewalWithAFailingReadStopsTheHolderWithinT(t *testing.T) {
 func TestHolderStopsBeforeRecreatingItsDeletedObject(t *testing.T) {
 	srv := s3test.NewFake(t)
 	proxy := startProxy(t, srv)
-	var mu sync.Mutex
-	var rejectedAt time.Time
+	var rejected firstEvent
 	cfg := fastConfig(t, "holder", 1, newLossRecorder())
-	cfg.OnEvent = func(e nodeid.Event) {
-		if e.Kind == nodeid.EventRenewalFailed {
-			mu.Lock()
-			if rejectedAt.IsZero() {
-				rejectedAt = time.Now()
-			}
-			mu.Unlock()
-		}
-	}
+	cfg.OnEvent = rejected.onEvent(func(e nodeid.Event) bool { return e.Kind == nodeid.EventRenewalFailed })
 	holder := newProvider(t, newRepo(t, srv, proxy.URL), cfg)
 	held := acquire(t, holder, 5*time.Second)
 
@@ -220,9 +198,7 @@ func TestHolderStopsBeforeRecreatingItsDeletedObject(t *testing.T) {
 	deleteRaw(t, srv, nodeid.LeaseKey(testPrefix, 0))
 	var at time.Time
 	waitFor(t, 3*time.Second, "a rejected renewal (404, or 412 then a GET's 404)", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		at = rejectedAt
+		at = rejected.at()
 		return !at.IsZero()
 	})
 	time.Sleep(100 * time.Millisecond)
@@ -284,4 +260,31 @@ func holderJustRenewed(t *testing.T, repo nodeid.Repository) (*nodeid.Provider, 
 	}
 	<-renewed
 	return holder, held
+}
+
+// firstEvent records when the first event of a kind arrived.
+type firstEvent struct {
+	mu    sync.Mutex
+	first time.Time
+}
+
+// onEvent returns an OnEvent handler that records the first event for
+// which match holds.
+func (f *firstEvent) onEvent(match func(nodeid.Event) bool) func(nodeid.Event) {
+	return func(e nodeid.Event) {
+		if match(e) {
+			f.mu.Lock()
+			if f.first.IsZero() {
+				f.first = time.Now()
+			}
+			f.mu.Unlock()
+		}
+	}
+}
+
+// at returns when the first matching event arrived; zero before.
+func (f *firstEvent) at() time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.first
 }
