@@ -29,18 +29,11 @@ import (
 func TestCamundaTenureInsideATakeFlightIsStoppedByTheDataRoot(t *testing.T) {
 	srv := s3test.NewFake(t)
 	ctx := context.Background()
-	client := srv.Client(t)
-	if err := camunda.Bootstrap(ctx, client, srv.Bucket, 1); err != nil {
-		t.Fatal(err)
-	}
+	client := camundaBucket(t, srv, 1)
 	if _, err := camunda.WriteReleased(ctx, client, srv.Bucket, 0, 2, true); err != nil {
 		t.Fatal(err)
 	}
-	proxy, err := faultproxy.Start(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
+	proxy := startProxy(t, srv)
 	proxy.Set(faultproxy.Fault{Blackhole: true, Methods: []string{http.MethodPut}})
 
 	cfg := fastConfig(t, "nodeid-late", 1, nil)
@@ -91,16 +84,5 @@ func TestCamundaTenureInsideATakeFlightIsStoppedByTheDataRoot(t *testing.T) {
 // rootRepoAt is rootRepo through endpoint (a fault proxy).
 func rootRepoAt(t testing.TB, srv *s3test.Server, endpoint string) *nodeid.S3Repository {
 	t.Helper()
-	client, err := nodeid.NewS3Client(context.Background(), nodeid.S3Config{
-		Endpoint: endpoint, Region: srv.Region, PathStyle: true,
-		AccessKey: srv.AccessKey, SecretKey: srv.SecretKey,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	repo, err := nodeid.NewS3Repository(client, srv.Bucket, "", 2*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return repo
+	return newS3Repo(t, srv, endpoint, "", 2*time.Second)
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
 	"github.com/nodeid/nodeid/clock"
 	"github.com/nodeid/nodeid/internal/camunda"
 	"github.com/nodeid/nodeid/internal/s3test"
@@ -23,18 +25,18 @@ import (
 // keys are at the bucket root.
 func rootRepo(t testing.TB, srv *s3test.Server) *nodeid.S3Repository {
 	t.Helper()
-	client, err := nodeid.NewS3Client(context.Background(), nodeid.S3Config{
-		Endpoint: srv.URL, Region: srv.Region, PathStyle: true,
-		AccessKey: srv.AccessKey, SecretKey: srv.SecretKey,
-	})
-	if err != nil {
+	return newS3Repo(t, srv, "", "", 2*time.Second)
+}
+
+// camundaBucket bootstraps srv's bucket for n node IDs as Camunda 8.9
+// does and returns a client on it.
+func camundaBucket(t testing.TB, srv *s3test.Server, n int) *s3.Client {
+	t.Helper()
+	client := srv.Client(t)
+	if err := camunda.Bootstrap(context.Background(), client, srv.Bucket, n); err != nil {
 		t.Fatal(err)
 	}
-	repo, err := nodeid.NewS3Repository(client, srv.Bucket, "", 2*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return repo
+	return client
 }
 
 // runBroker starts b's renewals; the returned stop ends them without a
@@ -66,10 +68,7 @@ func acquireBroker(t *testing.T, b *camunda.Broker, timeout time.Duration) (int,
 func TestMixedCamundaBrokersAndNodeidTasks(t *testing.T) {
 	forEachServer(t, func(t *testing.T, srv *s3test.Server) {
 		ctx := context.Background()
-		client := srv.Client(t)
-		if err := camunda.Bootstrap(ctx, client, srv.Bucket, 3); err != nil {
-			t.Fatal(err)
-		}
+		client := camundaBucket(t, srv, 3)
 		broker := func(task string) *camunda.Broker {
 			return &camunda.Broker{Client: client, Bucket: srv.Bucket, TaskID: task, N: 3, LeaseDuration: 2 * time.Second}
 		}
@@ -144,10 +143,7 @@ func TestMixedCamundaBrokersAndNodeidTasks(t *testing.T) {
 func TestNodeidWaitsOutALongerCamundaLease(t *testing.T) {
 	srv := s3test.NewFake(t)
 	ctx := context.Background()
-	client := srv.Client(t)
-	if err := camunda.Bootstrap(ctx, client, srv.Bucket, 1); err != nil {
-		t.Fatal(err)
-	}
+	client := camundaBucket(t, srv, 1)
 	// Renews every 3 s; nodeid's L is 2 s.
 	c := &camunda.Broker{Client: client, Bucket: srv.Bucket, TaskID: "camunda-slow", N: 1, LeaseDuration: 9 * time.Second}
 	acquireBroker(t, c, 5*time.Second)
@@ -176,10 +172,7 @@ func TestNodeidWaitsOutALongerCamundaLease(t *testing.T) {
 func TestCamundaClockAheadByLessThanTheMarginNeverTakesANodeidLease(t *testing.T) {
 	srv := s3test.NewFake(t)
 	ctx := context.Background()
-	client := srv.Client(t)
-	if err := camunda.Bootstrap(ctx, client, srv.Bucket, 1); err != nil {
-		t.Fatal(err)
-	}
+	client := camundaBucket(t, srv, 1)
 	lost := newLossRecorder()
 	cfg := doubled(fastConfig(t, "nodeid-holder", 1, lost)) // L 4 s, m 800 ms
 	clk := clock.Real()

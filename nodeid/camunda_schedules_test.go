@@ -59,10 +59,7 @@ func (w *pausingWall) now() time.Time {
 func TestPauseBeforeATakeIsSentNeverMakesItsTimestampEarly(t *testing.T) {
 	srv := s3test.NewFake(t)
 	ctx := context.Background()
-	client := srv.Client(t)
-	if err := camunda.Bootstrap(ctx, client, srv.Bucket, 1); err != nil {
-		t.Fatal(err)
-	}
+	client := camundaBucket(t, srv, 1)
 	lost := newLossRecorder()
 	cfg := fastConfig(t, "nodeid-paused", 1, lost) // L 2 s, R 500 ms, m 400 ms
 	w := &pausingWall{pause: 2300 * time.Millisecond, fired: make(chan struct{})}
@@ -143,10 +140,7 @@ func (r *partitionAfter) Write(ctx context.Context, l nodeid.Lease, etag string)
 func TestPauseBeforeARenewalIsSentNeverMakesItsTimestampEarly(t *testing.T) {
 	srv := s3test.NewFake(t)
 	ctx := context.Background()
-	client := srv.Client(t)
-	if err := camunda.Bootstrap(ctx, client, srv.Bucket, 1); err != nil {
-		t.Fatal(err)
-	}
+	client := camundaBucket(t, srv, 1)
 	lost := newLossRecorder()
 	cfg := fastConfig(t, "nodeid-paused", 1, lost) // L 2 s, R 500 ms, m 400 ms
 	w := &pausingWall{pause: pauseRenew(), fired: make(chan struct{})}
@@ -199,10 +193,7 @@ func pauseRenew() time.Duration {
 func TestScaleOverALegacyReleaseNeverLowersTheVersion(t *testing.T) {
 	srv := s3test.NewFake(t)
 	ctx := context.Background()
-	client := srv.Client(t)
-	if err := camunda.Bootstrap(ctx, client, srv.Bucket, 2); err != nil {
-		t.Fatal(err)
-	}
+	client := camundaBucket(t, srv, 2)
 	// Node 0 is held by a live Camunda broker, node 1 Camunda-released at v3.
 	if _, err := camunda.WriteHeld(ctx, client, srv.Bucket, 0, "camunda-0", 1, time.Now().Add(time.Hour), map[int32]int64{0: 1}); err != nil {
 		t.Fatal(err)
@@ -210,11 +201,7 @@ func TestScaleOverALegacyReleaseNeverLowersTheVersion(t *testing.T) {
 	if _, err := camunda.WriteReleased(ctx, client, srv.Bucket, 1, 3, true); err != nil {
 		t.Fatal(err)
 	}
-	proxy, err := faultproxy.Start(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
+	proxy := startProxy(t, srv)
 	proxy.Set(faultproxy.Fault{Blackhole: true, Methods: []string{http.MethodPut}})
 
 	scaled := make(chan error, 1)

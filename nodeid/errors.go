@@ -61,13 +61,7 @@ func isLostRace(err error) bool {
 // invalid configuration, no such bucket.
 func IsPermanent(err error) bool {
 	return errors.Is(err, ErrAccessDenied) || errors.Is(err, ErrInvalidConfig) ||
-		(errors.Is(err, ErrNotFound) && isNoSuchBucket(err))
-}
-
-// isNoSuchBucket: S3 said so, or a listing (which names no object) got 404.
-func isNoSuchBucket(err error) bool {
-	var se *StorageError
-	return errors.As(err, &se) && (se.Code == "NoSuchBucket" || se.Op == "list")
+		(errors.Is(err, ErrNotFound) && IsNoSuchBucket(err))
 }
 
 // StorageError describes a failed storage request. Its Kind is one of the

@@ -109,11 +109,7 @@ func TestLocalObservationRuleTakesOverAfterALeaseOfUnchangedETag(t *testing.T) {
 
 func TestWatchdogFencesWhileARenewalHangs(t *testing.T) {
 	srv := s3test.NewFake(t)
-	proxy, err := faultproxy.Start(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { proxy.Close() })
+	proxy := startProxy(t, srv)
 	holderClock := clocktest.NewFake(epoch)
 	lost := newLossRecorder()
 	cfg := fakeClockConfig(t, "holder", holderClock)

@@ -15,16 +15,6 @@ import (
 	"github.com/nodeid/nodeid/nodeid"
 )
 
-func startProxy(t *testing.T, srv *s3test.Server) *faultproxy.Proxy {
-	t.Helper()
-	p, err := faultproxy.Start(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	return p
-}
-
 // S3 blackholed for the holder: it must fence itself before any other task
 // could take its lease.
 func TestBlackholedHolderIsFencedBeforeItsLeaseExpiresForOthers(t *testing.T) {
@@ -210,16 +200,7 @@ func TestAdoptAfterALostRenewalAnswerIsNotALoss(t *testing.T) {
 		}
 		first := newProvider(t, newRepo(t, srv, proxy.URL), slow(fastConfig(t, "task-1", 1, nil)))
 		inst := acquire(t, first, 5*time.Second)
-		proxy.Set(faultproxy.Fault{Methods: []string{http.MethodPut}, DropResponse: true})
-		waitFor(t, 3*time.Second, "a renewal whose answer was dropped", func() bool { return proxy.Stats().Dropped >= 1 })
-		h, err := first.HandOff(context.Background())
-		if err != nil {
-			t.Fatalf("hand-off: %v", err)
-		}
-		proxy.Pass()
-		if len(h.Pending) == 0 {
-			t.Fatalf("hand-off carries no pending renewal: %+v", h)
-		}
+		h := handOffAfterALostRenewal(t, first, proxy)
 		rec, err := newRepo(t, srv, "").Get(context.Background(), inst.ID)
 		if err != nil || rec.ETag == h.ETag {
 			t.Fatalf("the dropped renewal did not land (ETag %s, hand-off %s): %v", rec.ETag, h.ETag, err)

@@ -10,6 +10,16 @@ import (
 	"github.com/nodeid/nodeid/nodeid"
 )
 
+// forceReleasedAt force-releases node id with the operator's floor atLeast
+// and checks that it was released at version want, and reads back so.
+func forceReleasedAt(t *testing.T, repo nodeid.Repository, id int, atLeast, want nodeid.Version, acquirable bool, what string) {
+	t.Helper()
+	if v, err := nodeid.ForceRelease(context.Background(), repo, id, atLeast, "operator"); err != nil || v != want {
+		t.Fatalf("%s: v%d, %v; want v%d", what, v, err, want)
+	}
+	forced(t, repo, id, want, acquirable)
+}
+
 // forced checks that node id reads back as a forced release at version v
 // with the given acquirability.
 func forced(t *testing.T, repo nodeid.Repository, id int, v nodeid.Version, acquirable bool) {
@@ -30,7 +40,6 @@ func forced(t *testing.T, repo nodeid.Repository, id int, v nodeid.Version, acqu
 // does not count the release as graceful.
 func TestForceReleaseOfAHeldLease(t *testing.T) {
 	forEachServer(t, func(t *testing.T, srv *s3test.Server) {
-		ctx := context.Background()
 		repo := newRepo(t, srv, "")
 		cycle(t, repo, "a", 1) // node 0 at v1
 		cycle(t, repo, "b", 1) // node 0 at v2
@@ -41,11 +50,7 @@ func TestForceReleaseOfAHeldLease(t *testing.T) {
 			t.Fatalf("holder got %v, want node 0 v3", held)
 		}
 
-		v, err := nodeid.ForceRelease(ctx, repo, 0, 1, "operator")
-		if err != nil || v != 3 {
-			t.Fatalf("ForceRelease: v%d, %v; want v3", v, err)
-		}
-		forced(t, repo, 0, 3, true)
+		forceReleasedAt(t, repo, 0, 1, 3, true, "ForceRelease")
 		select {
 		case err := <-lost.ch:
 			if !errors.Is(err, nodeid.ErrLeaseLost) {
@@ -78,27 +83,15 @@ func TestForceReleaseOfObjectsNobodyHolds(t *testing.T) {
 			t.Fatal(err)
 		}
 		cycle(t, repo, "a", 1) // node 0 released at v1
-		if v, err := nodeid.ForceRelease(ctx, repo, 0, 0, "operator"); err != nil || v != 1 {
-			t.Fatalf("released node 0: v%d, %v; want v1", v, err)
-		}
-		forced(t, repo, 0, 1, true)
-		if v, err := nodeid.ForceRelease(ctx, repo, 0, 5, "operator"); err != nil || v != 5 {
-			t.Fatalf("released node 0 with atLeast 5: v%d, %v; want v5", v, err)
-		}
-		forced(t, repo, 0, 5, true)
+		forceReleasedAt(t, repo, 0, 0, 1, true, "released node 0")
+		forceReleasedAt(t, repo, 0, 5, 5, true, "released node 0 with atLeast 5")
 
-		if v, err := nodeid.ForceRelease(ctx, repo, 1, 0, "operator"); err != nil || v != 0 {
-			t.Fatalf("never-held node 1: v%d, %v; want v0", v, err)
-		}
-		forced(t, repo, 1, 0, true)
+		forceReleasedAt(t, repo, 1, 0, 0, true, "never-held node 1")
 
 		if err := nodeid.Scale(ctx, repo, 2, "admin", 2*time.Second); err != nil {
 			t.Fatal(err)
 		}
-		if v, err := nodeid.ForceRelease(ctx, repo, 2, 0, "operator"); err != nil || v != 0 {
-			t.Fatalf("unusable node 2: v%d, %v", v, err)
-		}
-		forced(t, repo, 2, 0, false)
+		forceReleasedAt(t, repo, 2, 0, 0, false, "unusable node 2")
 	})
 }
 
@@ -122,19 +115,13 @@ func TestForceReleaseOfMissingAndCorruptObjects(t *testing.T) {
 		if _, err := repo.Get(ctx, 0); !errors.Is(err, nodeid.ErrNotFound) {
 			t.Fatalf("a refused ForceRelease wrote the object: %v", err)
 		}
-		if v, err := nodeid.ForceRelease(ctx, repo, 0, 2, "operator"); err != nil || v != 2 {
-			t.Fatalf("missing object, atLeast 2: v%d, %v", v, err)
-		}
-		forced(t, repo, 0, 2, true)
+		forceReleasedAt(t, repo, 0, 2, 2, true, "missing object, atLeast 2")
 
 		putRaw(t, srv, key, "not a lease", map[string]string{"version": "x"})
 		if _, err := nodeid.ForceRelease(ctx, repo, 0, 0, "operator"); !errors.Is(err, nodeid.ErrVersionUnknown) {
 			t.Fatalf("corrupt object, nothing known: %v, want ErrVersionUnknown", err)
 		}
-		if v, err := nodeid.ForceRelease(ctx, repo, 0, 3, "operator"); err != nil || v != 3 {
-			t.Fatalf("corrupt object, atLeast 3: v%d, %v", v, err)
-		}
-		forced(t, repo, 0, 3, true)
+		forceReleasedAt(t, repo, 0, 3, 3, true, "corrupt object, atLeast 3")
 	})
 }
 
@@ -149,11 +136,7 @@ func TestForceReleaseOfAMissingObjectUsesThePeersMappings(t *testing.T) {
 			KnownVersions: nodeid.VersionMappings{0: 7}}
 		body, meta := peer.Encode()
 		putRaw(t, srv, nodeid.LeaseKey(testPrefix, 1), string(body), meta)
-		v, err := nodeid.ForceRelease(ctx, repo, 0, 0, "operator")
-		if err != nil || v != 7 {
-			t.Fatalf("missing object, a peer records v7: v%d, %v", v, err)
-		}
-		forced(t, repo, 0, 7, true)
+		forceReleasedAt(t, repo, 0, 0, 7, true, "missing object, a peer records v7")
 		// The peer's lease is not touched.
 		if rec, err := repo.Get(ctx, 1); err != nil || rec.Lease.TaskID != "peer" {
 			t.Fatalf("the peer's lease after ForceRelease of node 0: %+v, %v", rec.Lease, err)
@@ -248,4 +231,31 @@ func TestScaleIfUnchangedRefusesAnObjectChangedSinceTheCheck(t *testing.T) {
 			t.Fatalf("node 1 still acquirable after the scale to 1: %+v", after.Lease)
 		}
 	})
+}
+
+// Schedule: `release --force` while the holder is alive (the fault model:
+// "release --force at any moment"). Two holders for up to a renewal
+// interval are the operator's doing (the command says: only when the
+// holder is known to be dead), but the successor must not also hard-link
+// the live holder's files: a forced release is marked, and its successor
+// copies.
+func TestForceReleaseOfALiveHolderIsNotAGracefulTakeover(t *testing.T) {
+	srv := s3test.NewFake(t)
+	direct := newRepo(t, srv, "")
+	holder := newProvider(t, direct, fastConfig(t, "holder", 1, newLossRecorder()))
+	acquire(t, holder, 5*time.Second)
+
+	if _, err := nodeid.ForceRelease(context.Background(), direct, 0, 0, "operator"); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := direct.Get(context.Background(), 0)
+	if err != nil || !rec.Lease.Forced || rec.Lease.Held() {
+		t.Fatalf("forced release reads back as %+v, %v", rec.Lease, err)
+	}
+	succ := newProvider(t, direct, fastConfig(t, "successor", 1, nil))
+	inst := acquire(t, succ, 5*time.Second)
+	if succ.PreviousGracefullyShutdown() {
+		t.Fatalf("successor %v after release --force believes its predecessor stopped gracefully: it would hard-link the live holder's files", inst)
+	}
+	waitFor(t, 3*time.Second, "the old holder to fence itself", func() bool { return !holder.Valid() })
 }

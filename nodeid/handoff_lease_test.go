@@ -3,11 +3,9 @@ package nodeid_test
 import (
 	"context"
 	"errors"
-	"net/http"
 	"testing"
 	"time"
 
-	"github.com/nodeid/nodeid/internal/faultproxy"
 	"github.com/nodeid/nodeid/internal/s3test"
 	"github.com/nodeid/nodeid/nodeid"
 )
@@ -38,16 +36,7 @@ func TestAdopterWithAnotherLeaseDurationIsRefused(t *testing.T) {
 		acqCfg := review2Timing(fastConfig(t, "task-1", 1, newLossRecorder()), 4*time.Second, time.Second, 800*time.Millisecond, 800*time.Millisecond)
 		first := newProvider(t, newRepo(t, srv, proxy.URL), acqCfg)
 		acquire(t, first, 5*time.Second)
-		proxy.Set(faultproxy.Fault{Methods: []string{http.MethodPut}, DropResponse: true})
-		waitFor(t, 3*time.Second, "a renewal whose answer was dropped", func() bool { return proxy.Stats().Dropped >= 1 })
-		h, err := first.HandOff(context.Background())
-		if err != nil {
-			t.Fatalf("hand-off: %v", err)
-		}
-		proxy.Pass()
-		if len(h.Pending) == 0 {
-			t.Fatalf("hand-off carries no pending renewal: %+v", h)
-		}
+		h := handOffAfterALostRenewal(t, first, proxy)
 
 		proxy2 := startProxy(t, srv)
 		adCfg := review2Timing(fastConfig(t, "task-1", 1, newLossRecorder()), 12*time.Second, 4*time.Second, 2400*time.Millisecond, 2*time.Second)

@@ -3,9 +3,11 @@ package nodeid_test
 import (
 	"context"
 	"errors"
+	"net/http"
 	"testing"
 	"time"
 
+	"github.com/nodeid/nodeid/internal/faultproxy"
 	"github.com/nodeid/nodeid/internal/s3test"
 	"github.com/nodeid/nodeid/nodeid"
 )
@@ -84,4 +86,22 @@ func TestAdoptAfterTheLeaseChangedIsALoss(t *testing.T) {
 	if adopter.Valid() {
 		t.Fatal("adopter valid after a failed adoption")
 	}
+}
+
+// handOffAfterALostRenewal lets first renew once through proxy with the
+// answer dropped, then hands off: the hand-off carries that renewal, which
+// landed, as pending.
+func handOffAfterALostRenewal(t *testing.T, first *nodeid.Provider, proxy *faultproxy.Proxy) nodeid.Handoff {
+	t.Helper()
+	proxy.Set(faultproxy.Fault{Methods: []string{http.MethodPut}, DropResponse: true})
+	waitFor(t, 3*time.Second, "a renewal whose answer was dropped", func() bool { return proxy.Stats().Dropped >= 1 })
+	h, err := first.HandOff(context.Background())
+	if err != nil {
+		t.Fatalf("hand-off: %v", err)
+	}
+	proxy.Pass()
+	if len(h.Pending) == 0 {
+		t.Fatalf("hand-off carries no pending renewal: %+v", h)
+	}
+	return h
 }

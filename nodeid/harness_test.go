@@ -14,7 +14,9 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/smithy-go/middleware"
 
+	"github.com/nodeid/nodeid/internal/faultproxy"
 	"github.com/nodeid/nodeid/internal/s3test"
 	"github.com/nodeid/nodeid/nodeid"
 )
@@ -33,6 +35,15 @@ func forEachServer(t *testing.T, f func(t *testing.T, srv *s3test.Server)) {
 // when empty), built the way production builds it.
 func newRepo(t testing.TB, srv *s3test.Server, endpoint string) *nodeid.S3Repository {
 	t.Helper()
+	return newS3Repo(t, srv, endpoint, testPrefix, 2*time.Second)
+}
+
+// newS3Repo returns a repository on srv's bucket under prefix through
+// endpoint (srv.URL when empty), with a client built the way production
+// builds it and then changed by opts (a middleware that injects faults,
+// say).
+func newS3Repo(t testing.TB, srv *s3test.Server, endpoint, prefix string, requestTimeout time.Duration, opts ...func(*s3.Options)) *nodeid.S3Repository {
+	t.Helper()
 	if endpoint == "" {
 		endpoint = srv.URL
 	}
@@ -43,11 +54,25 @@ func newRepo(t testing.TB, srv *s3test.Server, endpoint string) *nodeid.S3Reposi
 	if err != nil {
 		t.Fatal(err)
 	}
-	repo, err := nodeid.NewS3Repository(client, srv.Bucket, testPrefix, 2*time.Second)
+	if len(opts) > 0 {
+		client = s3.New(client.Options(), opts...)
+	}
+	repo, err := nodeid.NewS3Repository(client, srv.Bucket, prefix, requestTimeout)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return repo
+}
+
+// beforeEveryRequest puts step first in the client's middleware: it sees
+// each operation's input before anything is sent, and may answer in its
+// place.
+func beforeEveryRequest(name string, step func(context.Context, middleware.InitializeInput, middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error)) func(*s3.Options) {
+	return func(o *s3.Options) {
+		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
+			return s.Initialize.Add(middleware.InitializeMiddlewareFunc(name, step), middleware.Before)
+		})
+	}
 }
 
 // lossRecorder collects OnLost calls.
@@ -327,4 +352,14 @@ func withLogBook(t testing.TB, cfg nodeid.Config) (nodeid.Config, *logBook) {
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(io.MultiWriter(w, b), &slog.HandlerOptions{Level: slog.LevelDebug}))
 	return cfg, b
+}
+
+func startProxy(t *testing.T, srv *s3test.Server) *faultproxy.Proxy {
+	t.Helper()
+	p, err := faultproxy.Start(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
 }

@@ -1,12 +1,16 @@
 package nodeid_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nodeid/nodeid/internal/s3test"
 	"github.com/nodeid/nodeid/nodeid"
 )
 
@@ -269,3 +273,32 @@ func TestBucketAndPrefixValidation(t *testing.T) {
 
 // fakeRepoForValidation is never called: NewProvider must not touch storage.
 type fakeRepoForValidation struct{ nodeid.Repository }
+
+// Schedule: someone writes a lease whose knownVersionMappings name an
+// absurd version (MaxInt64) for node 0. The next taker computed 1 +
+// MaxInt64, which wrapped to a negative version. Versions above
+// nodeid.MaxVersion now make the object corrupt: it is skipped, never taken.
+func TestHugeKnownVersionIsCorruptNotWrapped(t *testing.T) {
+	srv := s3test.NewFake(t)
+	direct := newRepo(t, srv, "")
+	if err := nodeid.Initialize(context.Background(), direct, 1, "bootstrap", 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	body := fmt.Sprintf(`{"taskId":"someone","timestamp":%d,"nodeInstance":{"id":0,"version":5},"knownVersionMappings":{"mappingsByNodeId":{"0":%d}},"nonce":"x"}`,
+		time.Now().UnixMilli(), int64(math.MaxInt64))
+	for len(body)%512 != 0 {
+		body += " "
+	}
+	putRaw(t, srv, nodeid.LeaseKey(testPrefix, 0), body, map[string]string{"taskid": "", "version": "5", "acquirable": "true"})
+	if _, err := direct.Get(context.Background(), 0); !errors.Is(err, nodeid.ErrCorruptLease) {
+		t.Fatalf("a mapping of version MaxInt64 reads as %v, want ErrCorruptLease", err)
+	}
+
+	cfg := fastConfig(t, "task", 1, nil)
+	cfg.AcquireTimeout = 500 * time.Millisecond
+	p := newProvider(t, direct, cfg)
+	inst, err := p.Acquire(context.Background())
+	if !errors.Is(err, nodeid.ErrAcquireTimeout) {
+		t.Fatalf("took %v (err %v) from a corrupt object", inst, err)
+	}
+}

@@ -20,28 +20,13 @@ import (
 // ListObjectsV2 requests.
 func pagedRepo(t *testing.T, srv *s3test.Server, maxKeys int32, pages *atomic.Int64) *nodeid.S3Repository {
 	t.Helper()
-	client, err := nodeid.NewS3Client(context.Background(), nodeid.S3Config{
-		Endpoint: srv.URL, Region: srv.Region, PathStyle: true,
-		AccessKey: srv.AccessKey, SecretKey: srv.SecretKey,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	small := middleware.InitializeMiddlewareFunc("smallPages", func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+	return newS3Repo(t, srv, "", testPrefix, 5*time.Second, beforeEveryRequest("smallPages", func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
 		if l, ok := in.Parameters.(*s3.ListObjectsV2Input); ok {
 			l.MaxKeys = aws.Int32(maxKeys)
 			pages.Add(1)
 		}
 		return next.HandleInitialize(ctx, in)
-	})
-	paged := s3.New(client.Options(), func(o *s3.Options) {
-		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error { return s.Initialize.Add(small, middleware.Before) })
-	})
-	repo, err := nodeid.NewS3Repository(paged, srv.Bucket, testPrefix, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return repo
+	}))
 }
 
 // A listing that takes many pages is whole: every lease object with the

@@ -76,25 +76,9 @@ func TestPausedTaskNeverRecreatesADeletedObjectAsNeverHeld(t *testing.T) {
 	first := cycle(t, direct, "a", 1)
 	cycle(t, direct, "b", 1)
 
-	renewed := make(chan struct{}, 100)
-	hCfg := fastConfig(t, "holder", 1, newLossRecorder())
-	hCfg.OnEvent = func(e nodeid.Event) {
-		if e.Kind == nodeid.EventRenewed {
-			select {
-			case renewed <- struct{}{}:
-			default:
-			}
-		}
-	}
-	holder := newProvider(t, direct, hCfg)
-	held := acquire(t, holder, 5*time.Second)
-	t.Logf("a held %v; the holder holds %v", first, held)
-
 	// Just after a renewal: the holder's next one is R away.
-	for len(renewed) > 0 {
-		<-renewed
-	}
-	<-renewed
+	_, held := holderJustRenewed(t, direct)
+	t.Logf("a held %v; the holder holds %v", first, held)
 	deleteRaw(t, srv, nodeid.LeaseKey(testPrefix, 0))
 	close(paused.gate) // W resumes
 
@@ -130,22 +114,7 @@ func TestRecreationInARunClusterDoesNotLetCamundaTakeALiveLease(t *testing.T) {
 	wGot := acquireAsync(w)
 	<-paused.listed
 
-	renewed := make(chan struct{}, 100)
-	hCfg := fastConfig(t, "holder", 1, newLossRecorder())
-	hCfg.OnEvent = func(e nodeid.Event) {
-		if e.Kind == nodeid.EventRenewed {
-			select {
-			case renewed <- struct{}{}:
-			default:
-			}
-		}
-	}
-	holder := newProvider(t, direct, hCfg)
-	held := acquire(t, holder, 5*time.Second)
-	for len(renewed) > 0 {
-		<-renewed
-	}
-	<-renewed // the holder just renewed: valid for L - m, next renewal in R
+	holder, held := holderJustRenewed(t, direct) // valid for L - m, next renewal in R
 
 	deleteRaw(t, srv, nodeid.LeaseKey("", 0))
 	close(paused.gate)
@@ -185,18 +154,11 @@ func TestRecreationInARunClusterDoesNotLetCamundaTakeALiveLease(t *testing.T) {
 func TestRejectedRenewalWithAFailingReadStopsTheHolderWithinT(t *testing.T) {
 	srv := s3test.NewFake(t)
 	proxy := startProxy(t, srv)
-	var mu sync.Mutex
-	var rejectedAt time.Time
+	var rejected firstEvent
 	cfg := fastConfig(t, "holder", 1, newLossRecorder())
-	cfg.OnEvent = func(e nodeid.Event) {
-		if e.Kind == nodeid.EventRenewalFailed && errors.Is(e.Err, nodeid.ErrPreconditionFailed) {
-			mu.Lock()
-			if rejectedAt.IsZero() {
-				rejectedAt = time.Now()
-			}
-			mu.Unlock()
-		}
-	}
+	cfg.OnEvent = rejected.onEvent(func(e nodeid.Event) bool {
+		return e.Kind == nodeid.EventRenewalFailed && errors.Is(e.Err, nodeid.ErrPreconditionFailed)
+	})
 	holder := newProvider(t, newRepo(t, srv, proxy.URL), cfg)
 	held := acquire(t, holder, 5*time.Second)
 
@@ -205,14 +167,8 @@ func TestRejectedRenewalWithAFailingReadStopsTheHolderWithinT(t *testing.T) {
 	body, meta := foreignLease("someone-else", 0, int64(held.Version)+1)
 	putRaw(t, srv, nodeid.LeaseKey(testPrefix, 0), body, meta)
 
-	waitFor(t, 3*time.Second, "a rejected renewal", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return !rejectedAt.IsZero()
-	})
-	mu.Lock()
-	at := rejectedAt
-	mu.Unlock()
+	waitFor(t, 3*time.Second, "a rejected renewal", func() bool { return !rejected.at().IsZero() })
+	at := rejected.at()
 	waitFor(t, 3*time.Second, "the holder to stop", func() bool { return !holder.Valid() })
 	stayed := time.Since(at)
 	// One GET (bounded by T) is all reconcile needs to decide; allow that.
@@ -231,18 +187,9 @@ func TestRejectedRenewalWithAFailingReadStopsTheHolderWithinT(t *testing.T) {
 func TestHolderStopsBeforeRecreatingItsDeletedObject(t *testing.T) {
 	srv := s3test.NewFake(t)
 	proxy := startProxy(t, srv)
-	var mu sync.Mutex
-	var rejectedAt time.Time
+	var rejected firstEvent
 	cfg := fastConfig(t, "holder", 1, newLossRecorder())
-	cfg.OnEvent = func(e nodeid.Event) {
-		if e.Kind == nodeid.EventRenewalFailed {
-			mu.Lock()
-			if rejectedAt.IsZero() {
-				rejectedAt = time.Now()
-			}
-			mu.Unlock()
-		}
-	}
+	cfg.OnEvent = rejected.onEvent(func(e nodeid.Event) bool { return e.Kind == nodeid.EventRenewalFailed })
 	holder := newProvider(t, newRepo(t, srv, proxy.URL), cfg)
 	held := acquire(t, holder, 5*time.Second)
 
@@ -251,9 +198,7 @@ func TestHolderStopsBeforeRecreatingItsDeletedObject(t *testing.T) {
 	deleteRaw(t, srv, nodeid.LeaseKey(testPrefix, 0))
 	var at time.Time
 	waitFor(t, 3*time.Second, "a rejected renewal (404, or 412 then a GET's 404)", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		at = rejectedAt
+		at = rejected.at()
 		return !at.IsZero()
 	})
 	time.Sleep(100 * time.Millisecond)
@@ -283,22 +228,7 @@ func TestStaleListingNeverRecreatesADeletedObjectAsNeverHeld(t *testing.T) {
 	direct := newRepo(t, srv, "")
 	first := cycle(t, direct, "a", 1)
 	cycle(t, direct, "b", 1)
-	renewed := make(chan struct{}, 100)
-	hCfg := fastConfig(t, "holder", 1, newLossRecorder())
-	hCfg.OnEvent = func(e nodeid.Event) {
-		if e.Kind == nodeid.EventRenewed {
-			select {
-			case renewed <- struct{}{}:
-			default:
-			}
-		}
-	}
-	holder := newProvider(t, direct, hCfg)
-	held := acquire(t, holder, 5*time.Second)
-	for len(renewed) > 0 {
-		<-renewed
-	}
-	<-renewed
+	_, held := holderJustRenewed(t, direct)
 	deleteRaw(t, srv, nodeid.LeaseKey(testPrefix, 0))
 
 	w := newProvider(t, &staleFirstList{Repository: direct}, fastConfig(t, "w", 1, newLossRecorder()))
@@ -306,4 +236,55 @@ func TestStaleListingNeverRecreatesADeletedObjectAsNeverHeld(t *testing.T) {
 	if inst.Version <= held.Version {
 		t.Fatalf("W took %v after %v was handed out: the version went down (v%d was a's, %v)", inst, held, inst.Version, first)
 	}
+}
+
+// holderJustRenewed has task "holder" acquire node 0 of a one-node cluster
+// on repo and returns just after one of its renewals: its next one is R
+// away.
+func holderJustRenewed(t *testing.T, repo nodeid.Repository) (*nodeid.Provider, nodeid.NodeInstance) {
+	t.Helper()
+	renewed := make(chan struct{}, 100)
+	cfg := fastConfig(t, "holder", 1, newLossRecorder())
+	cfg.OnEvent = func(e nodeid.Event) {
+		if e.Kind == nodeid.EventRenewed {
+			select {
+			case renewed <- struct{}{}:
+			default:
+			}
+		}
+	}
+	holder := newProvider(t, repo, cfg)
+	held := acquire(t, holder, 5*time.Second)
+	for len(renewed) > 0 {
+		<-renewed
+	}
+	<-renewed
+	return holder, held
+}
+
+// firstEvent records when the first event of a kind arrived.
+type firstEvent struct {
+	mu    sync.Mutex
+	first time.Time
+}
+
+// onEvent returns an OnEvent handler that records the first event for
+// which match holds.
+func (f *firstEvent) onEvent(match func(nodeid.Event) bool) func(nodeid.Event) {
+	return func(e nodeid.Event) {
+		if match(e) {
+			f.mu.Lock()
+			if f.first.IsZero() {
+				f.first = time.Now()
+			}
+			f.mu.Unlock()
+		}
+	}
+}
+
+// at returns when the first matching event arrived; zero before.
+func (f *firstEvent) at() time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.first
 }

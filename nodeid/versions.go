@@ -98,3 +98,15 @@ func parseNodeID(s string) (int, error) {
 	}
 	return id, nil
 }
+
+// aboveLegacy is the version to write over a legacy (empty) object read at
+// version v, with known the highest version any lease records for it. Every
+// empty body has one ETag, so the If-Match also lands on a later empty state:
+// after a whole tenure of a writer of empty bodies (Camunda's provider) that
+// took v+1 and released. Writing the version kept would lower the object,
+// and the next taker would hand out v+1 again; one above every version known
+// keeps it from going down after one such tenure (docs/design.md, "Mixed
+// operation with Camunda 8.9").
+func aboveLegacy(v, known Version) Version {
+	return min(max(v, known)+1, MaxVersion)
+}

@@ -169,7 +169,7 @@ func exitCode(err error) int {
 		return exitOK
 	case errors.As(err, &ce):
 		return ce.code
-	case errors.As(err, &ue), errors.Is(err, nodeid.ErrInvalidConfig), errors.Is(err, nodeid.ErrAccessDenied), isNoSuchBucket(err):
+	case errors.As(err, &ue), errors.Is(err, nodeid.ErrInvalidConfig), errors.Is(err, nodeid.ErrAccessDenied), nodeid.IsNoSuchBucket(err):
 		return exitUsage
 	case errors.Is(err, nodeid.ErrConditionalWritesNotEnforced):
 		return exitNotEnforced
@@ -181,11 +181,6 @@ func exitCode(err error) int {
 		return exitDataRefused
 	}
 	return exitError
-}
-
-func isNoSuchBucket(err error) bool {
-	var se *nodeid.StorageError
-	return errors.As(err, &se) && se.Code == "NoSuchBucket"
 }
 
 func oneLine(err error) string {

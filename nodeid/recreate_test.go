@@ -1,5 +1,10 @@
 package nodeid_test
 
+// An object deleted from outside while its holder lives: the holder, the
+// only task that may know its version, restores it, and no later task hands
+// out a version again. From adversarial reviews; each test failed on the
+// code it was written against.
+
 import (
 	"context"
 	"errors"
@@ -12,6 +17,88 @@ import (
 	"github.com/nodeid/nodeid/internal/s3test"
 	"github.com/nodeid/nodeid/nodeid"
 )
+
+// Schedule: N = 1 (or no peer has refreshed since the last takeover).
+// Tenures v1 and v2 come and go, task "holder" takes v3. An operator
+// deletes 0.json. The holder's next renewal gets 404 and it stops; only it
+// knows v3, so it recreates the object as an expiring lease at v3 before it
+// goes. (Before, the object was recreated at max(known, 1) = 1 and the
+// spare took v2 again.)
+func TestDeletedObjectIsRecreatedAtTheHoldersVersion(t *testing.T) {
+	srv := s3test.NewFake(t)
+	direct := newRepo(t, srv, "")
+	cycle(t, direct, "a", 1)
+	cycle(t, direct, "b", 1)
+	holder := newProvider(t, direct, fastConfig(t, "holder", 1, newLossRecorder()))
+	held := acquire(t, holder, 5*time.Second)
+	deleteRaw(t, srv, nodeid.LeaseKey(testPrefix, 0))
+	waitFor(t, 3*time.Second, "the holder to notice the delete", func() bool { return !holder.Valid() })
+
+	spare := newProvider(t, direct, fastConfig(t, "spare", 1, nil))
+	inst := acquire(t, spare, 10*time.Second)
+	if inst.Version <= held.Version {
+		t.Fatalf("spare took %v after %v was handed out: the version went back", inst, held)
+	}
+}
+
+// spareFirstRepo lets a spare's recreation land just before the holder's:
+// the holder's first create of a "recreated-by:" lease is preceded by
+// another task's create of the same object at version 1, as a spare that
+// started when the holder stopped counting itself valid writes it.
+type spareFirstRepo struct {
+	nodeid.Repository
+	once sync.Once
+	err  error
+}
+
+func (r *spareFirstRepo) Create(ctx context.Context, l nodeid.Lease) (string, error) {
+	if strings.HasPrefix(l.TaskID, "recreated-by:") {
+		r.once.Do(func() {
+			_, r.err = r.Repository.Create(ctx, nodeid.Lease{
+				TaskID: "recreated-by:spare", Instance: nodeid.NodeInstance{ID: l.Instance.ID, Version: 1},
+				Expires: time.Now().Add(l.Duration), Duration: l.Duration,
+				Nonce: "5be11a5be11a5be11a5be11a5be11a00", Acquirable: true,
+			})
+		})
+	}
+	return r.Repository.Create(ctx, l)
+}
+
+// Schedule (seen in CI, the test above under load): the holder of v3 finds
+// 0.json deleted and stops; a spare that starts at that moment recreates
+// the object first, at version 1 (it knows no higher), and the holder's
+// create gets 412. The holder used to give up there, and the spare took v2
+// once its own recreation expired. The holder now reads the object and
+// replaces a recreation below its version before its deadline, so the
+// spare waits again and takes v4.
+func TestHolderReplacesASparesLowerRecreation(t *testing.T) {
+	srv := s3test.NewFake(t)
+	direct := newRepo(t, srv, "")
+	cycle(t, direct, "a", 1)
+	cycle(t, direct, "b", 1)
+	racing := &spareFirstRepo{Repository: direct}
+	holder := newProvider(t, racing, fastConfig(t, "holder", 1, newLossRecorder()))
+	held := acquire(t, holder, 5*time.Second)
+	deleteRaw(t, srv, nodeid.LeaseKey(testPrefix, 0))
+	waitFor(t, 3*time.Second, "the holder to notice the delete", func() bool { return !holder.Valid() })
+	waitFor(t, 3*time.Second, "the holder to restore its version", func() bool {
+		rec, err := direct.Get(context.Background(), 0)
+		return err == nil && rec.Lease.Instance.Version == held.Version
+	})
+	if racing.err != nil {
+		t.Fatalf("the spare's recreation did not land first: %v", racing.err)
+	}
+	rec, err := direct.Get(context.Background(), 0)
+	if err != nil || rec.Lease.TaskID != "recreated-by:holder" {
+		t.Fatalf("object after the holder's restore: %+v, %v", rec.Lease, err)
+	}
+
+	spare := newProvider(t, direct, fastConfig(t, "spare", 1, nil))
+	inst := acquire(t, spare, 10*time.Second)
+	if inst.Version <= held.Version {
+		t.Fatalf("spare took %v after %v was handed out: the version went back", inst, held)
+	}
+}
 
 // From the review of the protocol (REVP-4, fixed: release restores the version). The holder restores a deleted object at its own version only
 // when a renewal (or its reconcile) finds it gone. If the object is
