@@ -50,24 +50,29 @@ func (p *Provider) hold(from providerState, t tenure, renewNow bool) error {
 	p.tlog = p.log.With("node_id", t.inst.ID, "version", int64(t.inst.Version))
 	p.mu.Unlock()
 
-	p.goLoop(p.watchdog)
+	// Count all three loops before starting any: a Close waiting on loops
+	// while the watchdog alone runs (and exits on a passed deadline) must
+	// not see the count go 0 -> 1 again under its Wait.
+	p.loops.Add(3)
+	go p.runLoop(p.watchdog)
 	first := p.cfg.RenewInterval
 	if renewNow {
 		next, ok := p.renew()
 		if !ok {
+			p.loops.Add(-2) // the two loops that will not start
 			return errFirstRenewal
 		}
 		first = next
 	}
-	p.goLoop(func() { p.renewLoop(first) })
-	p.goLoop(p.refreshLoop)
+	go p.runLoop(func() { p.renewLoop(first) })
+	go p.runLoop(p.refreshLoop)
 	return nil
 }
 
-// goLoop runs f on a goroutine that Close waits for.
-func (p *Provider) goLoop(f func()) {
-	p.loops.Add(1)
-	go func() { defer p.loops.Done(); f() }()
+// runLoop runs f, a loop counted in loops, which Close waits for.
+func (p *Provider) runLoop(f func()) {
+	defer p.loops.Done()
+	f()
 }
 
 // renewLoop renews every RenewInterval, retries failed renewals sooner, and
