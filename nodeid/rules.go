@@ -9,7 +9,7 @@ import (
 // until when a holder may act (renew.go), when another task's lease is free
 // (judge, below), which version a take writes (take.go), what a hand-off
 // passes on (handoff.go), and two rules of the bootstrap and of scaling
-// (repository.go). docs/design.md argues each.
+// (bootstrap.go, scale.go). docs/design.md argues each.
 //
 // They sit behind an interface only so that the simulation's teeth tests can
 // break one at a time (brokenRules, in brokenrules_test.go) and show that
