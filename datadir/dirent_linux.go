@@ -10,15 +10,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// dirEntry is a name and its type as the directory listing gives it.
-type dirEntry struct {
-	name string
-	typ  fs.FileMode
-}
-
-func (e dirEntry) Name() string      { return e.name }
-func (e dirEntry) Type() fs.FileMode { return e.typ }
-
 // statType is the type of name in dirfd, by fstatat without following a
 // symlink.
 func statType(dirfd int, name string) (fs.FileMode, error) {

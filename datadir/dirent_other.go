@@ -11,15 +11,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// dirEntry is a name and its type.
-type dirEntry struct {
-	name string
-	typ  fs.FileMode
-}
-
-func (e dirEntry) Name() string      { return e.name }
-func (e dirEntry) Type() fs.FileMode { return e.typ }
-
 // readDirEntries lists dir from its start, sorted, with types from
 // fstatat relative to dir (the portable way; Linux reads them from getdents).
 func readDirEntries(dir *os.File) ([]dirEntry, error) {
