@@ -87,6 +87,12 @@ type Config struct {
 	// default logs one line and exits the process with ExitCodeLeaseLost:
 	// a node that may no longer own its ID must stop at once.
 	OnLost func(err error)
+	// OnFence, when set, is called once when the lease is lost, before
+	// anything else the loss does (the log line, OnEvent, the restore of a
+	// deleted object, OnLost), from the goroutine that saw the loss. It is
+	// the place to kill what uses the ID: it must not block, log, write a
+	// file or take a lock that I/O may hold.
+	OnFence func(err *LostError)
 	// OnEvent, when set, receives every state change (see Event), from the
 	// provider's goroutines and outside its lock. It must not block.
 	OnEvent func(Event)

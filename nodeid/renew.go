@@ -290,8 +290,9 @@ func (p *Provider) loseRestoring(reason string, cause error, inst NodeInstance, 
 	p.loseThen(reason, cause, func() { p.recreateDeleted(inst, etag, deadline) })
 }
 
-// loseThen ends the tenure (Valid false, Done closed), runs then, if any,
-// and calls OnLost.
+// loseThen ends the tenure (Valid false, Done closed), calls OnFence
+// first, then logs, emits, runs then, if any, and calls OnLost. OnFence
+// comes before the log line: a stalled stderr must not delay the kill.
 func (p *Provider) loseThen(reason string, cause error, then func()) {
 	p.mu.Lock()
 	if p.state != stateHolding {
@@ -303,6 +304,9 @@ func (p *Provider) loseThen(reason string, cause error, then func()) {
 	p.err = err
 	close(p.done)
 	p.mu.Unlock()
+	if p.cfg.OnFence != nil {
+		p.cfg.OnFence(err)
+	}
 	attrs := []any{"reason", reason}
 	if cause != nil {
 		attrs = append(attrs, "err", cause)
