@@ -70,4 +70,12 @@ var registry = []*Experiment{
 		Expects: "No takeover while the holders live (no decision reads a wall clock); after the kill the spare takes that ID with version K+1 as after any crash.",
 		run:     runClockSkew,
 	},
+	{
+		Number: 11, Name: "fs-hang", Size: 1, Timing: ShortTiming, Timeout: 90 * time.Second,
+		Does: "Serves the data root through a FUSE file system (efsfs), makes every operation on it hang, and SIGTERMs node 0's holder: " +
+			"its stop sequence's syncfs never returns. The spare then takes the expired lease and its preparation hangs too. Then the file system answers again.",
+		Expects: "Both exit 7 within --fs-timeout (2 s) plus 3 s (the holder also within the 1 s stop timeout) without releasing: " +
+			"each lease is left to expire. A new task then takes node 0 with version K+2, copying vK.",
+		run: runFSHang,
+	},
 }

@@ -34,6 +34,7 @@ type settings struct {
 	dataRoot         string
 	keepVersions     int
 	dataWorkers      int
+	fsTimeout        time.Duration // 0: defaultFSTimeout
 	immutable, skip  []string
 	dataRules        datadir.CopyRules
 	envFile          string

@@ -28,6 +28,7 @@ func (sess *session) prepareDataDir(ctx context.Context, inst nodeid.NodeInstanc
 	if settle == 0 {
 		settle = nodeid.DefaultLeaseDuration
 	}
+	prepared := sess.boundPrepare()
 	dir, res, err := datadir.Prepare(ctx, sess.s.dataRoot, inst, datadir.Options{
 		PreviousGraceful: sess.provider.PreviousGracefullyShutdown(),
 		// A stale holder renews nothing: a file it wrote less than a lease
@@ -43,6 +44,7 @@ func (sess *session) prepareDataDir(ctx context.Context, inst nodeid.NodeInstanc
 		// Only this task may redo its own unfinished preparation of inst.
 		Tenure: sess.cfg.TaskID,
 	})
+	prepared(err)
 	if err != nil {
 		if lerr := sess.provider.Err(); lerr != nil {
 			return "", lerr

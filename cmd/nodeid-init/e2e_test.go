@@ -582,6 +582,8 @@ func TestBadInputGetsOneLineAndTheDocumentedCode(t *testing.T) {
 		{"unwritable env file", []string{"NODEID_ENV_FILE=" + filepath.Join(missingDir, "node.env")}, []string{"acquire"}, 2, "env file"},
 		{"bad data preset", []string{"NODEID_DATA_PRESET=camunda"}, []string{"run", "--", "true"}, 2, "NODEID_DATA_PRESET"},
 		{"bad data preset flag", nil, []string{"acquire", "--data-preset", "Zeebe"}, 2, "--data-preset"},
+		{"fs timeout too short", []string{"NODEID_FS_TIMEOUT=100ms"}, []string{"run", "--", "true"}, 2, "NODEID_FS_TIMEOUT"},
+		{"bad fs timeout flag", nil, []string{"acquire", "--fs-timeout", "soon"}, 2, "--fs-timeout"},
 		{"bad log format", []string{"NODEID_LOG_FORMAT=xml"}, []string{"run", "--", "true"}, 2, "NODEID_LOG_FORMAT"},
 		{"bad metrics address", []string{"NODEID_METRICS_ADDR=nonsense"}, []string{"run", "--", "true"}, 2, "NODEID_METRICS_ADDR"},
 		// These reach S3: a request timeout (R = 500 ms here) on a loaded

@@ -27,6 +27,7 @@ const (
 	exitNotEnforced    = 4 // the endpoint does not enforce conditional writes
 	exitAcquireTimeout = 5 // no node ID acquired before the acquire timeout
 	exitDataRefused    = 6 // the data root refused this lease's version or cluster
+	exitFSHung         = 7 // the data root did not answer within --fs-timeout; the lease is left to expire
 )
 
 // usageError is bad input: exit code 2.

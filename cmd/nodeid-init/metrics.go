@@ -153,11 +153,11 @@ func serveHealth(ctx context.Context, addr string, m *metrics, p func() *nodeid.
 	}
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		pr := p()
-		status(pr != nil && pr.Valid() && leaseFileOK(), w)
+		status(pr != nil && pr.Valid() && leaseFileOK() && !fsHung.Load(), w)
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		pr := p()
-		status(pr != nil && pr.Ready(), w)
+		status(pr != nil && pr.Ready() && !fsHung.Load(), w)
 	})
 	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: metricsReadTimeout, ReadTimeout: metricsReadTimeout,

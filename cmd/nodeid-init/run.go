@@ -308,7 +308,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			// sure nothing of ours writes them any more and they are durable.
 			err := stopRest()
 			if err == nil {
-				err = syncData(dataDir)
+				err = sess.syncDataBounded(dataDir)
 			}
 			if lerr := sess.lossErr(); lerr != nil {
 				return lost(lerr)

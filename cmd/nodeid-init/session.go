@@ -53,7 +53,7 @@ type session struct {
 var leaseOptions = append([]string{"cluster-size", "lease-duration", "renew-interval", "acquire-timeout", "poll-interval",
 	"readiness-timeout", "allowed-ids", "task-id", "metrics-addr", "skip-probe", "advertise-address"}, s3Options...)
 
-var dataOptions = []string{"data-root", "keep-versions", "data-workers", "immutable", "skip", "data-preset"}
+var dataOptions = []string{"data-root", "keep-versions", "data-workers", "immutable", "skip", "data-preset", "fs-timeout"}
 
 // newSession validates what is left to validate, then connects: nothing
 // is written to S3 or the data root before this returns.

@@ -98,6 +98,8 @@ type FS struct {
 	faultB   int64 // bytes written since the fault was set
 	hang     chan struct{}
 	hung     chan struct{} // closed when an fsync starts hanging
+	hangAll  chan struct{} // set by HangAll: every operation blocks
+	hungAll  chan struct{} // closed when the first operation blocks
 
 	counts sync.Map // Op -> *atomic.Int64
 }
@@ -186,13 +188,31 @@ func (f *FS) HangFsync() <-chan struct{} {
 	return f.hung
 }
 
-// Release lets hanging fsyncs go on and stops hanging new ones.
+// HangAll makes every operation from now on block until Release, as a
+// file system whose server stopped answering (EFS, NFS). An operation is
+// given up only when its caller is killed (the kernel then interrupts it),
+// as NFS gives up a hung call on SIGKILL. The returned channel is closed
+// when the first one blocks.
+func (f *FS) HangAll() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.hangAll == nil {
+		f.hangAll, f.hungAll = make(chan struct{}), make(chan struct{})
+	}
+	return f.hungAll
+}
+
+// Release lets hanging operations go on and stops hanging new ones.
 func (f *FS) Release() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.hang != nil {
 		close(f.hang)
 		f.hang, f.hung = nil, nil
+	}
+	if f.hangAll != nil {
+		close(f.hangAll)
+		f.hangAll, f.hungAll = nil, nil
 	}
 }
 
@@ -246,6 +266,10 @@ func (f *FS) begin(cancel <-chan struct{}, op Op, bytes int64) fuse.Status {
 	}
 	f.mu.Lock()
 	hang, hung := f.hang, f.hung
+	all := f.hangAll != nil
+	if all {
+		hang, hung = f.hangAll, f.hungAll
+	}
 	var fail syscall.Errno
 	if fl := f.fault; fl != nil && slices.Contains(fl.Ops, op) {
 		over := fl.AfterOps == 0 && fl.AfterBytes == 0 ||
@@ -262,7 +286,7 @@ func (f *FS) begin(cancel <-chan struct{}, op Op, bytes int64) fuse.Status {
 	if fail != 0 {
 		return fuse.Status(fail)
 	}
-	if op == OpFsync && hang != nil {
+	if all || op == OpFsync && hang != nil {
 		select {
 		case <-hung:
 		default:

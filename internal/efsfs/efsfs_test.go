@@ -84,3 +84,35 @@ func TestFaults(t *testing.T) {
 		t.Errorf("fsync after Release: %v", err)
 	}
 }
+
+// HangAll blocks every operation, a lookup or readdir as much as an fsync,
+// until Release.
+func TestHangAllBlocksEveryOperationUntilRelease(t *testing.T) {
+	f := MountT(t, Profile{})
+	if err := os.WriteFile(filepath.Join(f.Dir, "a"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	hung := f.HangAll()
+	done := make(chan error, 1)
+	go func() {
+		_, err := os.ReadDir(f.Dir)
+		done <- err
+	}()
+	select {
+	case <-hung:
+	case <-time.After(10 * time.Second):
+		t.Fatal("readdir never reached the file system")
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("readdir returned while hanging: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	f.Release()
+	if err := <-done; err != nil {
+		t.Errorf("readdir after Release: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(f.Dir, "b")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("stat after Release: %v, want not exist", err)
+	}
+}

@@ -2,7 +2,9 @@
 
 // Command efsmount mounts an efsfs latency file system and serves it until
 // SIGTERM or SIGINT, for benchmarks driven by scripts (scripts/bench-datadir.sh).
-// It prints "mounted" on stdout once the mount is usable.
+// It prints "mounted" on stdout once the mount is usable. SIGUSR1 makes
+// every operation hang (efsfs.FS.HangAll), SIGUSR2 releases them, for the
+// chaos experiment "file system hangs".
 //
 //	efsmount -backing DIR -mnt DIR [-meta 1ms] [-fsync 1ms] [-data 300us] [-cache 1s]
 package main
@@ -38,8 +40,16 @@ func main() {
 	}
 	fmt.Println("mounted")
 	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-	<-sig
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1, syscall.SIGUSR2)
+	for s := <-sig; s == syscall.SIGUSR1 || s == syscall.SIGUSR2; s = <-sig {
+		if s == syscall.SIGUSR1 {
+			f.HangAll()
+			fmt.Println("hanging")
+		} else {
+			f.Release()
+			fmt.Println("released")
+		}
+	}
 	if *counts {
 		fmt.Fprintln(os.Stderr, "efsmount: operations:", f.Counts())
 	}

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nodeid/nodeid/datadir"
+	"github.com/nodeid/nodeid/nodeid"
+)
+
+// A file system that stops answering (EFS or NFS server gone, a stuck
+// device) must not hold the lease: every phase on the data root (prepare
+// with its GC, the stop sequence's syncfs) is bounded by --fs-timeout. When
+// the bound fires, renewals stop without a release (the hung writes may
+// still land, so the successor must wait out the lease), health turns
+// unhealthy, and the process exits 7 without waiting for the hung call: a
+// goroutine blocked in such a syscall cannot be cancelled.
+
+// fsHung is set once a file-system phase hung: /healthz and /readyz answer
+// 503 from then on.
+var fsHung atomic.Bool
+
+// hangExitGrace bounds what happens between a hang and the exit (stopping
+// the renewals, one log line): none of it may keep the process alive.
+const hangExitGrace = 3 * time.Second
+
+// hangExitPause holds the exit after health turned unhealthy, so a test
+// can see the 503 (NODEID_TEST_HANG_EXIT_PAUSE); zero in production.
+var hangExitPause time.Duration
+
+// defaultFSTimeout is --fs-timeout's default for lease duration l: far
+// above a healthy EFS's latency (milliseconds per call, seconds for a
+// syncfs of gigabytes), and small enough that the node fails over within
+// a minute or two. Safety does not depend on it: the lease is never
+// released after a hang, so a successor waits a whole lease from our last
+// renewal, which the hang ends.
+func defaultFSTimeout(l time.Duration) time.Duration {
+	if l == 0 {
+		l = nodeid.DefaultLeaseDuration
+	}
+	return max(4*l, 30*time.Second)
+}
+
+// fsTimeout is the bound of each file-system phase.
+func (s *settings) fsBound() time.Duration {
+	if s.fsTimeout > 0 {
+		return s.fsTimeout
+	}
+	return defaultFSTimeout(s.leaseDuration)
+}
+
+// errFSHung is the reason logged when a phase hung.
+var errFSHung = errors.New("the file system did not answer in time")
+
+// abandonOnHang ends the process after a hung file-system phase and does
+// not return. It stops renewing without a release, marks health unhealthy
+// and exits exitFSHung; the hung goroutine is left behind.
+func (sess *session) abandonOnHang(phase string, cause error) {
+	if !fsHung.CompareAndSwap(false, true) {
+		select {} // another phase is already exiting
+	}
+	// Nothing below may delay the exit: not a renewal in flight, not a
+	// log writer that blocks.
+	time.AfterFunc(hangExitGrace, func() { os.Exit(exitFSHung) })
+	var inst nodeid.NodeInstance
+	if p := sess.currentProvider(); p != nil {
+		inst = p.Instance()
+		ctx, cancel := context.WithTimeout(context.Background(), hangExitGrace/2)
+		_, _ = p.HandOff(ctx) // stops the renewals; writes nothing to S3
+		cancel()
+	}
+	sess.tenureLog(inst).Error("file system hung: lease left to expire, not released; exiting",
+		"phase", phase, "data_root", sess.s.dataRoot, "fs_timeout", sess.s.fsBound(), "err", cause, "exit_code", exitFSHung)
+	time.Sleep(hangExitPause)
+	os.Exit(exitFSHung)
+}
+
+// watchFS probes dir (open and read one entry, which NFS and FUSE cannot
+// answer from a cache) while a phase runs, and abandons the process if a
+// probe does not return within --fs-timeout: a no-progress watchdog that
+// does not need the phase's cooperation. Each probe runs on its own
+// goroutine, so a hung one is left behind.
+func (sess *session) watchFS(phase, dir string) (stop func()) {
+	bound := sess.s.fsBound()
+	every := min(bound/4, 2*time.Second)
+	done := make(chan struct{})
+	go func() {
+		for {
+			answered := make(chan struct{})
+			go func() { probeDir(dir); close(answered) }()
+			timer := time.NewTimer(bound)
+			select {
+			case <-answered:
+				timer.Stop()
+			case <-done:
+				timer.Stop()
+				return
+			case <-timer.C:
+				sess.abandonOnHang(phase, fmt.Errorf("%w: %s did not answer for %v", errFSHung, dir, bound))
+			}
+			select {
+			case <-done:
+				return
+			case <-time.After(every):
+			}
+		}
+	}()
+	return sync.OnceFunc(func() { close(done) })
+}
+
+func probeDir(dir string) {
+	if f, err := os.Open(dir); err == nil {
+		_, _ = f.Readdirnames(1)
+		f.Close()
+	}
+}
+
+// boundPrepare starts the watchdog of a preparation; call the function it
+// returns with Prepare's error when Prepare returns. A flush that timed out
+// inside Prepare (datadir.ErrSyncTimeout, bounded by the same timeout) is a
+// hang too: the lease is not given back.
+func (sess *session) boundPrepare() (prepared func(error)) {
+	datadir.SyncTimeout = sess.s.fsBound()
+	stop := sess.watchFS("prepare", sess.s.dataRoot)
+	return func(err error) {
+		stop()
+		if errors.Is(err, datadir.ErrSyncTimeout) {
+			sess.abandonOnHang("prepare", err)
+		}
+	}
+}
+
+// syncDataBounded is syncData within --fs-timeout; a syncfs that does not
+// return in time abandons the process.
+func (sess *session) syncDataBounded(dir string) error {
+	if dir == "" {
+		return nil
+	}
+	bound := sess.s.fsBound()
+	done := make(chan error, 1)
+	go func() { done <- syncData(dir) }()
+	timer := time.NewTimer(bound)
+	defer timer.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-timer.C:
+		sess.abandonOnHang("stop", fmt.Errorf("%w: syncfs of %s did not return within %v", errFSHung, dir, bound))
+		return nil // not reached
+	}
+}

@@ -1,0 +1,138 @@
+package main_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nodeid/nodeid/internal/efsfs"
+	"github.com/nodeid/nodeid/internal/s3test"
+	"github.com/nodeid/nodeid/nodeid"
+)
+
+// The exit code of a hung data root (docs/cli.md).
+const exitFSHung = 7
+
+// fsHangEnv runs a task on the FUSE data root with a 2 s file-system bound.
+func fsHangEnv(f *efsfs.FS, addr string) []string {
+	return []string{"NODEID_DATA_ROOT=" + f.Dir, "NODEID_METRICS_ADDR=" + addr, "NODEID_FS_TIMEOUT=2s",
+		"NODEID_STOP_TIMEOUT=5s", "NODEID_TEST_HANG_EXIT_PAUSE=500ms"}
+}
+
+// watchHealth polls /healthz until the task exits and reports whether it
+// answered anything but 200 while the task was still running.
+func watchHealth(tk *task, addr string) *atomic.Bool {
+	var unhealthy atomic.Bool
+	client := &http.Client{Timeout: time.Second}
+	go func() {
+		for tk.running() {
+			if resp, err := client.Get("http://" + addr + "/healthz"); err == nil {
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK && tk.running() {
+					unhealthy.Store(true)
+				}
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	return &unhealthy
+}
+
+// checkHangExit asserts the exit within the bound with exit code 7, that
+// health turned unhealthy first, that the lease is still ours (left to
+// expire, not released), and that a successor takes the ID once the file
+// system answers again.
+func checkHangExit(t *testing.T, c *cluster, f *efsfs.FS, tk *task, hungAt time.Time, unhealthy *atomic.Bool, version int) {
+	t.Helper()
+	// 2 s bound, a probe every 500 ms, the 500 ms pause, the grace.
+	if code := tk.wait(t, 12*time.Second); code != exitFSHung {
+		t.Fatalf("exit code %d, want %d (file system hung):\n%s", code, exitFSHung, tk.out.String())
+	}
+	if took := time.Since(hungAt); took > 10*time.Second {
+		t.Errorf("exited %v after the hang, want within the 2s bound plus a few seconds", took)
+	}
+	if !unhealthy.Load() {
+		t.Errorf("/healthz never answered non-200 before the exit")
+	}
+	if !strings.Contains(tk.out.String(), "file system hung") {
+		t.Errorf("no \"file system hung\" line:\n%s", tk.out.String())
+	}
+	rec, err := c.repo().Get(context.Background(), 0)
+	if err != nil || !rec.Lease.Held() || rec.Lease.TaskID != tk.name || int(rec.Lease.Instance.Version) != version {
+		t.Fatalf("lease after the hang: %+v %v; want still held by %s v%d (left to expire, not released)", rec.Lease, err, tk.name, version)
+	}
+	f.SetProfile(efsfs.Profile{})
+	f.Release()
+	next := c.runTask("successor", "NODEID_DATA_ROOT="+f.Dir)
+	id, v, graceful := next.identity(t, 30*time.Second)
+	if id != 0 || v != version+1 || graceful {
+		t.Errorf("successor got node %d v%d graceful=%t, want node 0 v%d after an expiry", id, v, graceful, version+1)
+	}
+}
+
+// (a) The data root stops answering during the stop sequence: after the
+// command exits on SIGTERM, the syncfs before the release never returns.
+// Before the fix run waited forever, renewing and answering 200.
+func TestDataRootHangingInTheStopSequenceExits7AndLeavesTheLease(t *testing.T) {
+	f := efsfs.MountT(t, efsfs.Profile{})
+	c := newCluster(t, s3test.StartVersity(t), 1)
+	addr := freeAddr(t)
+	tk := c.runTask("holder", fsHangEnv(f, addr)...)
+	tk.identity(t, 20*time.Second)
+	unhealthy := watchHealth(tk, addr)
+	f.HangAll()
+	hungAt := time.Now()
+	if err := tk.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	checkHangExit(t, c, f, tk, hungAt, unhealthy, 1)
+}
+
+// (b) The data root stops answering while a takeover's preparation copies
+// the previous version. Before the fix Prepare waited forever with the
+// lease renewed.
+func TestDataRootHangingDuringAPreparationExits7AndLeavesTheLease(t *testing.T) {
+	// Every metadata operation costs 10 ms, so copying v1 takes seconds.
+	f := efsfs.MountT(t, efsfs.Profile{Meta: 10 * time.Millisecond})
+	c := newCluster(t, s3test.StartVersity(t), 1)
+	repo := c.repo()
+	ctx := context.Background()
+	if err := nodeid.Initialize(ctx, repo, 1, "setup", 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	rec, _ := repo.Get(ctx, 0)
+	dead := nodeid.Lease{TaskID: "dead", Instance: nodeid.NodeInstance{ID: 0, Version: 1}, Duration: time.Second, Nonce: "n", Acquirable: true}
+	if _, err := repo.Write(ctx, dead, rec.ETag); err != nil {
+		t.Fatal(err)
+	}
+	v1 := filepath.Join(f.Backing, "node-0", "v1")
+	if err := os.MkdirAll(v1, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(v1, "directory-initialized.json"), []byte(`{"initializedAt":"2026-11-30T00:00:00Z","version":1,"initializedFrom":null}`), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 400 {
+		if err := os.WriteFile(filepath.Join(v1, fmt.Sprintf("f%03d", i)), []byte("data"), 0o640); err != nil {
+			t.Fatal(err)
+		}
+	}
+	addr := freeAddr(t)
+	tk := c.runTask("taker", fsHangEnv(f, addr)...)
+	waitFor(t, 20*time.Second, "the takeover", func() bool { return strings.Contains(tk.out.String(), "acquired node id") })
+	time.Sleep(300 * time.Millisecond) // into the copy
+	unhealthy := watchHealth(tk, addr)
+	f.HangAll()
+	hungAt := time.Now()
+	if strings.Contains(tk.out.String(), "command started") {
+		t.Fatalf("the preparation finished before the hang; make v1 larger:\n%s", tk.out.String())
+	}
+	checkHangExit(t, c, f, tk, hungAt, unhealthy, 2)
+}
