@@ -111,9 +111,9 @@ type Peer struct {
 	State   PeerState `json:"state"`
 }
 
-// peerOf judges rec as a peer, with lease the waiter's lease duration
-// (the largest of the object's, ours and the one it claims is used).
-func peerOf(rec Record, lease time.Duration) Peer {
+// peerOf judges rec as a peer, with own the reader's lease duration and
+// cluster the marker's (see HolderDuration).
+func peerOf(rec Record, own, cluster time.Duration) Peer {
 	l := rec.Lease
 	p := Peer{ID: rec.ID, Version: l.Instance.Version, TaskID: l.TaskID}
 	switch {
@@ -125,7 +125,7 @@ func peerOf(rec Record, lease time.Duration) Peer {
 		// Expiry cannot be judged by the server's clock: an address that
 		// may be a dead holder's is not handed out.
 		p.State = PeerUnknown
-	case ExpiredByServerClock(rec.LastModified, rec.ServerDate, max(l.Duration, lease, rec.ClaimedDuration())):
+	case ExpiredByServerClock(rec.LastModified, rec.ServerDate, HolderDuration(rec, own, cluster)):
 		p.State = PeerExpired
 	default:
 		p.State = PeerHeld
@@ -139,10 +139,14 @@ func peerOf(rec Record, lease time.Duration) Peer {
 // ReadPeers reads every lease of the cluster (one LIST and one GET per
 // object) and returns one Peer per node ID 0..size-1 and any other ID found,
 // sorted by ID. lease is the reader's lease duration, for judging expiry by
-// the server's clock.
+// the server's clock with the cluster marker's (see HolderDuration).
 func ReadPeers(ctx context.Context, repo Repository, size int, lease time.Duration) ([]Peer, error) {
 	listing, err := repo.List(ctx)
 	if err != nil {
+		return nil, err
+	}
+	marker, err := repo.Marker(ctx)
+	if err != nil && !errors.Is(err, ErrNotFound) {
 		return nil, err
 	}
 	peers := map[int]Peer{}
@@ -156,7 +160,7 @@ func ReadPeers(ctx context.Context, repo Repository, size int, lease time.Durati
 		case err != nil:
 			return nil, err
 		default:
-			peers[s.ID] = peerOf(rec, lease)
+			peers[s.ID] = peerOf(rec, lease, marker.LeaseDuration)
 		}
 	}
 	for id := range size {

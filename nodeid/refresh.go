@@ -41,8 +41,12 @@ func (p *Provider) refresh() {
 		p.setPeers(p.agedPeers(nil))
 		return
 	}
+	// A peer's object may no longer record its holder's lease duration:
+	// judged by ours alone, a live holder with a longer one would look
+	// expired. Without the cluster's, readiness waits for another round.
+	cluster, clusterKnown := p.heldClusterLease()
 	learned := VersionMappings{}
-	peersKnow := true
+	peersKnow := clusterKnown
 	fresh := map[int]Peer{}
 	for _, s := range listing.Slots {
 		if s.ID == inst.ID {
@@ -62,12 +66,12 @@ func (p *Provider) refresh() {
 		if err != nil {
 			continue
 		}
-		fresh[s.ID] = peerOf(rec, p.cfg.LeaseDuration)
+		fresh[s.ID] = peerOf(rec, p.cfg.LeaseDuration, cluster)
 		learned.Observe(s.ID, rec.Lease.Instance.Version)
 		if !rec.Lease.Held() {
 			continue
 		}
-		live := !ExpiredByServerClock(rec.LastModified, rec.ServerDate, max(rec.Lease.Duration, p.cfg.LeaseDuration, rec.ClaimedDuration()))
+		live := !ExpiredByServerClock(rec.LastModified, rec.ServerDate, HolderDuration(rec, p.cfg.LeaseDuration, cluster))
 		if live && rec.Lease.KnownVersions[inst.ID] < inst.Version {
 			peersKnow = false
 		}
@@ -107,4 +111,24 @@ func (p *Provider) refresh() {
 	if becameReady || failedOpen {
 		p.emit(Event{Kind: EventReady, Instance: inst})
 	}
+}
+
+// heldClusterLease returns the cluster's lease duration (the marker's) for
+// judging peers while holding: from the marker Acquire read (it is not
+// written once the lease is held), else read now (an adopted lease, or a
+// cluster that had no marker then). ok is false if it could not be read.
+func (p *Provider) heldClusterLease() (d time.Duration, ok bool) {
+	if p.marker != nil {
+		return p.marker.LeaseDuration, true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.RequestTimeout)
+	m, err := p.repo.Marker(ctx)
+	cancel()
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return 0, true
+	case err != nil:
+		return 0, false
+	}
+	return m.LeaseDuration, true
 }

@@ -75,6 +75,18 @@ func (safeRules) releasedFree(l Lease) (free, graceful bool) { return true, !l.F
 func (safeRules) provesFresh(m ClusterMarker, rec Record) bool { return m.provesFresh(rec) }
 
 func (safeRules) holderDuration(rec Record, own, cluster time.Duration) time.Duration {
+	return HolderDuration(rec, own, cluster)
+}
+
+// HolderDuration is how long a waiter must assume the holder of rec lasts
+// after its last write: the longest of the duration the object records,
+// own (the waiter's), cluster (the cluster marker's: the object may no
+// longer record its holder's, and no task exceeds the cluster's) and the
+// one a Camunda lease's timestamp claims. Every judgement of another task's
+// lease uses it: takes, the peer table, readiness, status and the admin
+// commands' guards. For an object that records nothing (corrupt, missing)
+// pass a zero Record.
+func HolderDuration(rec Record, own, cluster time.Duration) time.Duration {
 	return max(rec.Lease.Duration, own, cluster, rec.ClaimedDuration())
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -70,14 +71,28 @@ func explicitSize(s *settings, cmd string) error {
 }
 
 // liveHolder reports whether rec is held and not expired by S3's clock
-// (the holder renewed within the lease duration), and when it last wrote.
-func liveHolder(rec nodeid.Record, localLease time.Duration) (bool, time.Duration) {
+// (the holder renewed within the lease duration nodeid.HolderDuration gives,
+// with cluster the marker's), and when it last wrote.
+func liveHolder(rec nodeid.Record, localLease, cluster time.Duration) (bool, time.Duration) {
 	l := rec.Lease
 	if !l.Held() || rec.ServerDate.IsZero() {
 		return l.Held(), 0
 	}
-	lease := max(l.Duration, localLease, rec.ClaimedDuration())
+	lease := nodeid.HolderDuration(rec, localLease, cluster)
 	return !nodeid.ExpiredByServerClock(rec.LastModified, rec.ServerDate, lease), rec.ServerDate.Sub(rec.LastModified)
+}
+
+// clusterLease reads the cluster's lease duration from its marker (0 if
+// there is none yet), for the guards that judge holders.
+func clusterLease(ctx context.Context, repo nodeid.Repository) (time.Duration, error) {
+	m, err := repo.Marker(ctx)
+	if errors.Is(err, nodeid.ErrNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("reading the cluster marker: %w", err)
+	}
+	return m.LeaseDuration, nil
 }
 
 // idRanges renders sorted IDs as 0-3,5.

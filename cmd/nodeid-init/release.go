@@ -58,9 +58,13 @@ func cmdRelease(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if gerr != nil && !missing && !errors.Is(gerr, nodeid.ErrCorruptLease) {
 		return gerr
 	}
+	cluster, err := clusterLease(ctx, repo)
+	if err != nil {
+		return err
+	}
 	unusable := gerr == nil && !rec.Lease.Acquirable
 	if gerr == nil && !unusable { // an unusable lease's holder is fenced already
-		if live, ago := liveHolder(rec, s.leaseDuration); live && !s.yes && !s.dryRun {
+		if live, ago := liveHolder(rec, s.leaseDuration, cluster); live && !s.yes && !s.dryRun {
 			return usagef("node %d is held by %s (v%d), renewed %v ago, within its lease duration: it looks alive. A live holder keeps writing until its next renewal fails; add --yes only if it is known to be dead",
 				node, rec.Lease.TaskID, rec.Lease.Instance.Version, ago.Round(time.Second))
 		}
@@ -72,7 +76,7 @@ func cmdRelease(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			state = "corrupt"
 		case gerr == nil && rec.Lease.Held():
 			state = fmt.Sprintf("held by %s at v%d", rec.Lease.TaskID, rec.Lease.Instance.Version)
-			if live, ago := liveHolder(rec, s.leaseDuration); live {
+			if live, ago := liveHolder(rec, s.leaseDuration, cluster); live {
 				state += fmt.Sprintf(", renewed %v ago: it would be FENCED (needs --yes)", ago.Round(time.Second))
 			}
 		case gerr == nil:

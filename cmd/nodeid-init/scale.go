@@ -28,6 +28,10 @@ func planScale(ctx context.Context, repo nodeid.Repository, size int, localLease
 	if err != nil {
 		return nil, nil, err
 	}
+	cluster, err := clusterLease(ctx, repo)
+	if err != nil {
+		return nil, nil, err
+	}
 	checked := map[int]string{}
 	var changes []scaleChange
 	for id := 0; id < size; id++ {
@@ -53,7 +57,7 @@ func planScale(ctx context.Context, repo nodeid.Repository, size int, localLease
 			continue
 		}
 		c := scaleChange{id: slot.ID, what: "mark unusable"}
-		if live, ago := liveHolder(rec, localLease); live {
+		if live, ago := liveHolder(rec, localLease, cluster); live {
 			c.fences = true
 			c.what += fmt.Sprintf(": FENCES its live holder %s (v%d, last renewed %v ago), which exits 3", rec.Lease.TaskID, rec.Lease.Instance.Version, ago.Round(time.Second))
 		} else if rec.Lease.Held() {

@@ -173,7 +173,7 @@ func readStatus(ctx context.Context, repo nodeid.Repository, size int, localLeas
 		default:
 			l := rec.Lease
 			row.Version, row.TaskID, row.LastModified = int64(l.Instance.Version), l.TaskID, rec.LastModified
-			lease := max(l.Duration, localLease, rec.ClaimedDuration(), marker.LeaseDuration)
+			lease := nodeid.HolderDuration(rec, localLease, marker.LeaseDuration)
 			switch {
 			case !l.Acquirable:
 				row.State = "unusable"
