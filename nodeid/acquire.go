@@ -36,6 +36,11 @@ func (p *Provider) Acquire(ctx context.Context) (NodeInstance, error) {
 		case IsPermanent(err):
 			return p.failAcquire(err)
 		case res.taken:
+			if p.ctx.Err() != nil {
+				// Closed during the take: the renew loop releases what it
+				// took, and Close waits for that.
+				return NodeInstance{}, ErrClosed
+			}
 			return p.reportAcquired(res.inst, start), nil
 		case err != nil:
 			p.log.Warn("reading leases failed, retrying", "err", err)

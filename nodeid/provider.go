@@ -60,6 +60,8 @@ type Provider struct {
 	err         error
 	relErr      error // why the release on Close failed
 	detach      bool  // HandOff: stop without releasing
+	// taking is closed when the take in flight ends (closetake.go).
+	taking chan struct{}
 
 	done chan struct{} // closed when the tenure ends (lost or closed)
 	// The provider's goroutines are held as Litestream holds a Replica's:
@@ -234,15 +236,20 @@ func (p *Provider) Stats() Stats {
 // can take the ID at once with version+1 and knows we stopped cleanly. Stop
 // writing data before calling Close. A failed release is logged and
 // returned; the lease then simply expires. Close on a provider that is
-// acquiring makes Acquire return ErrClosed. Close waits, until ctx ends, for
+// acquiring makes Acquire return ErrClosed; a take whose write is in flight
+// is waited for and what it took released. Close waits, until ctx ends, for
 // the provider's goroutines to finish.
 func (p *Provider) Close(ctx context.Context) error {
 	p.mu.Lock()
 	if p.state == stateIdle {
 		p.state = stateClosed
 	}
+	p.cancel() // under mu: see beginTake
+	take := p.taking
 	p.mu.Unlock()
-	p.cancel()
+	if err := p.waitTake(ctx, take); err != nil {
+		return err
+	}
 	finished := make(chan struct{})
 	go func() { p.loops.Wait(); close(finished) }()
 	select {

@@ -62,6 +62,10 @@ func (p *Provider) refresh() {
 			fresh[s.ID] = Peer{ID: s.ID, State: PeerCorrupt}
 		case errors.Is(err, ErrNotFound):
 			fresh[s.ID] = Peer{ID: s.ID, State: PeerMissing}
+		case err != nil:
+			// No answer, 503, a timeout: its holder may be live and not
+			// know our version. Only a peer read can be one that knows.
+			peersKnow = false
 		}
 		if err != nil {
 			continue

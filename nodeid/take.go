@@ -196,9 +196,16 @@ func (p *Provider) take(ctx context.Context, rec Record, graceful bool) (NodeIns
 	sent := p.cfg.Clock.Now()
 	lease := p.newLease(inst, known, sent)
 
+	end, ok := p.beginTake()
+	if !ok {
+		return NodeInstance{}, false // closed
+	}
+	defer end()
+	tctx, tcancel := p.takeContext(ctx)
+	defer tcancel()
 	p.stats.acquireAttempts.Add(1)
 	p.emit(Event{Kind: EventAcquireAttempt, Instance: inst})
-	wctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
+	wctx, cancel := context.WithTimeout(tctx, p.cfg.RequestTimeout)
 	etag, err := p.repo.Write(wctx, lease, rec.ETag)
 	cancel()
 	if err != nil {
@@ -208,7 +215,7 @@ func (p *Provider) take(ctx context.Context, rec Record, graceful bool) (NodeIns
 		}
 		// No answer: the write may have landed. Look for our nonce; if we
 		// cannot tell, leave it: an unrenewed lease simply expires.
-		got, gerr := p.get(ctx, inst.ID)
+		got, gerr := p.get(tctx, inst.ID)
 		if gerr != nil || got.Lease.Nonce != lease.Nonce {
 			p.log.Warn("acquisition write failed", "node_id", inst.ID, "version", int64(inst.Version), "err", err)
 			return NodeInstance{}, false
