@@ -3,9 +3,7 @@
 package datadir
 
 import (
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -384,9 +382,9 @@ func setTimes(dir *os.File, name string, st *unix.Stat_t) error {
 
 // checkSymlink refuses a link that is absolute or resolves outside the
 // version directory r. A link that stays inside is harmless to recreate: it
-// points into the new directory, not the old one. A dangling link is
-// accepted if it stays inside lexically: os.Root reports an escape before it
-// reports a missing file, so a dangling link cannot hide an escape.
+// points into the new directory, not the old one. One that does not resolve
+// (dangling, a loop, a path through a file) is judged without following
+// what does not exist (see escapes): cp -a copies it.
 func checkSymlink(r *os.Root, rel, target string) error {
 	bad := func(why string) error {
 		return fmt.Errorf("%w: %s -> %s: %s", ErrUnsafeSymlink, rel, target, why)
@@ -399,10 +397,13 @@ func checkSymlink(r *os.Root, rel, target string) error {
 		return bad("points above the data directory")
 	}
 	// Resolution can escape where the lexical path does not (a/.. after a
-	// symlink a -> .); os.Root follows the chain and refuses to leave r.
-	_, err := r.Stat(rel)
-	if err == nil || errors.Is(err, fs.ErrNotExist) {
-		return nil
+	// symlink a -> .).
+	why, err := escapes(r, rel, filepath.ToSlash(target))
+	switch {
+	case err != nil:
+		return bad(err.Error())
+	case why != "":
+		return bad(why)
 	}
-	return bad(err.Error())
+	return nil
 }
