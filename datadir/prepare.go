@@ -207,14 +207,37 @@ func Prepare(ctx context.Context, root string, inst node.Instance, opts Options)
 		if err != nil {
 			return "", Result{}, fmt.Errorf("%w: source %s: %w", ErrValidation, p.source.name, err)
 		}
-		t = &tree{
-			ctx: ctx, cfg: cfg, log: log, node: nodeDir.r,
-			src: p.source.name, dst: target,
-			srcDir: p.source.dir, dstDir: dst,
-			dstPath: dir,
+		newTree := func() *tree {
+			return &tree{
+				ctx: ctx, cfg: cfg, log: log, node: nodeDir.r,
+				src: p.source.name, dst: target,
+				srcDir: p.source.dir, dstDir: dst,
+				dstPath: dir,
+			}
 		}
+		t = newTree()
 		if err := t.copyAndValidate(&res); err != nil {
-			return "", Result{}, err
+			// Out of space: what retention gives up once this version is
+			// valid goes now, and the copy is made once more.
+			if claim || !noSpace(err) {
+				return "", Result{}, err
+			}
+			// The partial copy goes first: removing a valid version
+			// writes an in-progress file into it, which needs space.
+			if cerr := clearTarget(dst); cerr != nil {
+				return "", Result{}, fmt.Errorf("datadir: emptying %s to copy again: %w (after %w)", dir, cerr, err)
+			}
+			freed, mounts := freeSpace(ctx, nodeDir.f, nodePath, src, cfg, log)
+			res.MountPoints += mounts
+			if len(freed) == 0 {
+				return "", Result{}, err
+			}
+			pre = append(pre, freed...)
+			log.Warn("out of space: removed versions beyond retention, copying again", "dir", dir, "removed", freed, "err", err)
+			t = newTree()
+			if err := t.copyAndValidate(&res); err != nil {
+				return "", Result{}, err
+			}
 		}
 		// Validation compares with the source as it is now, which a stale
 		// holder's GC may have half deleted; GC removes the marker first.
