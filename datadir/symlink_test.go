@@ -17,7 +17,7 @@ func TestSymlinksThatDoNotResolveAreKept(t *testing.T) {
 		"self":         "self",
 		"loop-a":       "loop-b",
 		"loop-b":       "loop-a",
-		"data/through": "keep/x",       // data/keep is a file: ENOTDIR
+		"data/through": "keep/x",        // data/keep is a file: ENOTDIR
 		"into-loop":    "loop-a/x/../y", // through a loop
 		"deep/file":    "../data/keep/../../data",
 	}
