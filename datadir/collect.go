@@ -59,15 +59,17 @@ func Collect(ctx context.Context, root string, inst node.Instance, opts Options)
 		return nil, err
 	}
 	defer node.Close()
-	return collect(ctx, node.f, filepath.Join(root, nodeDirName(inst.ID)), inst.Version, cfg.keep, cfg.cluster, log)
+	removed, _, err := collect(ctx, node.f, filepath.Join(root, nodeDirName(inst.ID)), inst.Version, cfg.keep, cfg.cluster, log)
+	return removed, err
 }
 
 // collect implements Collect on an open node directory; nodePath is only for
-// messages.
-func collect(ctx context.Context, node *os.File, nodePath string, current node.Version, keep int, c Cluster, log *slog.Logger) ([]string, error) {
+// messages. It also returns how many directories it left because another
+// file system is mounted in them (see errMountPoint).
+func collect(ctx context.Context, node *os.File, nodePath string, current node.Version, keep int, c Cluster, log *slog.Logger) (_ []string, mounts int, _ error) {
 	vs, err := versionDirs(node)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	var (
 		removed, notOurs []string
@@ -76,7 +78,7 @@ func collect(ctx context.Context, node *os.File, nodePath string, current node.V
 	)
 	for _, v := range vs {
 		if err := ctx.Err(); err != nil {
-			return removed, err
+			return removed, mounts, err
 		}
 		name := versionDirName(v)
 		p := filepath.Join(nodePath, name)
@@ -101,6 +103,12 @@ func collect(ctx context.Context, node *os.File, nodePath string, current node.V
 			continue
 		}
 		e.close()
+		if errors.Is(err, errMountPoint) {
+			notOurs = append(notOurs, p)
+			mounts++
+			log.Warn("not ours, left in place: a mount point", "dir", p, "err", err)
+			continue
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("datadir: removing %s: %w", name, err))
 			continue
@@ -112,7 +120,7 @@ func collect(ctx context.Context, node *os.File, nodePath string, current node.V
 		log.Warn("not ours, left in place", "dirs", notOurs,
 			"why", "no valid marker and no in-progress file of this cluster; remove them by hand once checked")
 	}
-	return removed, errors.Join(errs...)
+	return removed, mounts, errors.Join(errs...)
 }
 
 // removeValid turns a valid directory into our leftover before deleting it:
@@ -120,6 +128,9 @@ func collect(ctx context.Context, node *os.File, nodePath string, current node.V
 // point leaves a directory that is valid (a complete copy) or ours, never one
 // that is half-deleted yet unrecognisable.
 func removeValid(node *os.File, e entry, c Cluster) error {
+	if err := checkVersionNotMount(node, e.dir); err != nil {
+		return err
+	}
 	if err := makeWritable(e.dir); err != nil {
 		return err
 	}
@@ -139,6 +150,9 @@ func removeValid(node *os.File, e entry, c Cluster) error {
 // only an in-progress file (which must still be the file judged); the
 // latter two with rmdir(2), which fails if anything was written meanwhile.
 func removeUnfinished(node *os.File, e entry) error {
+	if err := checkVersionNotMount(node, e.dir); err != nil {
+		return err
+	}
 	switch e.st {
 	case stateEmpty:
 		return rmdirAt(node, e.name, e.dir)
@@ -201,11 +215,11 @@ func removeLeftover(node *os.File, e entry) error {
 // (our leftovers, empty ones, ones with only an in-progress file) below
 // version k, as GC would after the preparation: their tenure is over.
 // Errors are logged: what is left, GC tries again.
-func removeLeftoversBelow(node *os.File, nodePath string, k node.Version, c Cluster, log *slog.Logger) (removed []string) {
+func removeLeftoversBelow(node *os.File, nodePath string, k node.Version, c Cluster, log *slog.Logger) (removed []string, mounts int) {
 	vs, err := versionDirs(node)
 	if err != nil {
 		log.Warn("listing leftovers", "dir", nodePath, "err", err)
-		return nil
+		return nil, 0
 	}
 	for _, v := range vs {
 		if v >= k {
@@ -218,7 +232,10 @@ func removeLeftoversBelow(node *os.File, nodePath string, k node.Version, c Clus
 			continue
 		}
 		if e.st == stateLeftover || e.st == stateEmpty || e.st == stateNoData {
-			if err := removeUnfinished(node, e); err != nil {
+			if err := removeUnfinished(node, e); errors.Is(err, errMountPoint) {
+				mounts++
+				log.Warn("not ours, left in place: a mount point", "dir", filepath.Join(nodePath, name), "err", err)
+			} else if err != nil {
 				log.Warn("removing a leftover", "dir", filepath.Join(nodePath, name), "err", err)
 			} else {
 				log.Info("removed a leftover before preparing", "dir", filepath.Join(nodePath, name))
@@ -227,5 +244,5 @@ func removeLeftoversBelow(node *os.File, nodePath string, k node.Version, c Clus
 		}
 		e.close()
 	}
-	return removed
+	return removed, mounts
 }

@@ -3,9 +3,7 @@
 package datadir
 
 import (
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -128,8 +126,17 @@ func (t *tree) copyEntry(j *dirJob, f fileJob) error {
 // linkToCopy makes name in dst another name of the copy f, as the source's
 // names are of one inode (cp -a).
 func (t *tree) linkToCopy(f *firstCopy, dst *os.File, name, rel string) error {
-	if err := unix.Linkat(int(f.dir.Fd()), f.name, int(dst.Fd()), name, 0); err != nil {
-		return &os.LinkError{Op: "linkat", Old: path.Join(f.dir.Name(), f.name), New: path.Join(t.dst, rel), Err: err}
+	dir := f.dir
+	if dir == nil {
+		d, err := t.reopenMadeDir(f.dirRel)
+		if err != nil {
+			return err
+		}
+		defer d.Close()
+		dir = d
+	}
+	if err := unix.Linkat(int(dir.Fd()), f.name, int(dst.Fd()), name, 0); err != nil {
+		return &os.LinkError{Op: "linkat", Old: path.Join(dir.Name(), f.name), New: path.Join(t.dst, rel), Err: err}
 	}
 	t.record(rel, made{act: actCopy, typ: unix.S_IFREG, dev: f.dev, ino: f.ino})
 	t.filesCopied.Add(1) // a name of a copied file; its bytes are counted once
@@ -154,8 +161,9 @@ func (t *tree) firstCopyOf(st *unix.Stat_t, j *dirJob, name, rel string) (f *fir
 		return f, false, false, nil
 	}
 	// j.dst is closed when its walk ends; the later names may be elsewhere.
+	// At most maxHeld are held; the others are opened again when needed.
 	held, ok := t.held[j.dst]
-	if !ok {
+	if !ok && len(t.held) < maxHeld {
 		fd, err := unix.FcntlInt(j.dst.Fd(), unix.F_DUPFD_CLOEXEC, 0)
 		if err != nil {
 			t.setErr(&os.PathError{Op: "fcntl", Path: j.dst.Name(), Err: err})
@@ -165,7 +173,7 @@ func (t *tree) firstCopyOf(st *unix.Stat_t, j *dirJob, name, rel string) (f *fir
 			t.held[j.dst] = held
 		}
 	}
-	f = &firstCopy{dir: held, name: name}
+	f = &firstCopy{dir: held, dirRel: j.rel, name: name}
 	t.copies[k] = f
 	return f, true, false, nil
 }
@@ -384,9 +392,9 @@ func setTimes(dir *os.File, name string, st *unix.Stat_t) error {
 
 // checkSymlink refuses a link that is absolute or resolves outside the
 // version directory r. A link that stays inside is harmless to recreate: it
-// points into the new directory, not the old one. A dangling link is
-// accepted if it stays inside lexically: os.Root reports an escape before it
-// reports a missing file, so a dangling link cannot hide an escape.
+// points into the new directory, not the old one. One that does not resolve
+// (dangling, a loop, a path through a file) is judged without following
+// what does not exist (see escapes): cp -a copies it.
 func checkSymlink(r *os.Root, rel, target string) error {
 	bad := func(why string) error {
 		return fmt.Errorf("%w: %s -> %s: %s", ErrUnsafeSymlink, rel, target, why)
@@ -399,10 +407,13 @@ func checkSymlink(r *os.Root, rel, target string) error {
 		return bad("points above the data directory")
 	}
 	// Resolution can escape where the lexical path does not (a/.. after a
-	// symlink a -> .); os.Root follows the chain and refuses to leave r.
-	_, err := r.Stat(rel)
-	if err == nil || errors.Is(err, fs.ErrNotExist) {
-		return nil
+	// symlink a -> .).
+	why, err := escapes(r, rel, filepath.ToSlash(target))
+	switch {
+	case err != nil:
+		return bad(err.Error())
+	case why != "":
+		return bad(why)
 	}
-	return bad(err.Error())
+	return nil
 }

@@ -158,6 +158,12 @@ type Result struct {
 	// Removed lists the directories removed by garbage collection.
 	Removed []string
 
+	// MountPoints counts the directories that garbage collection (and the
+	// removal of leftovers before the copy) left in place because another
+	// file system is mounted in them or on them: nothing on a mount is
+	// ours, so nothing there is removed or changed.
+	MountPoints int
+
 	Duration time.Duration
 }
 

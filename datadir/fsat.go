@@ -207,6 +207,15 @@ func removeAllAt(dir *os.File, name string) error {
 		}
 		return nil
 	}
+	// Never into another file system (or a bind mount): nothing on it is
+	// ours. Checked before the directory is opened or made writable.
+	pm, err := mountOf(int(dir.Fd()), "")
+	if err != nil {
+		return err
+	}
+	if err := checkNotMount(dir, name, pm); err != nil {
+		return err
+	}
 	sub, err := openDirForRemoval(dir, name)
 	if err != nil {
 		return err

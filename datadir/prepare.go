@@ -95,17 +95,22 @@ func Prepare(ctx context.Context, root string, inst node.Instance, opts Options)
 		}
 		defer nodeDir.Close()
 	}
-	var pre []string // removed before preparing
+	var (
+		pre []string // removed before preparing
+		res Result
+	)
 	if !claim {
 		// Space held by our unfinished directories below the target (an
 		// attempt that failed and could not clean up, a crash) could make
 		// this copy fail too: GC would only remove them after it succeeded.
-		pre = removeLeftoversBelow(nodeDir.f, nodePath, inst.Version, cfg.cluster, log)
+		pre, res.MountPoints = removeLeftoversBelow(nodeDir.f, nodePath, inst.Version, cfg.cluster, log)
 	}
-	var res Result
 	if p.target.st == stateLeftover || p.target.st == stateEmpty || p.target.st == stateNoData {
 		log.Warn("removing leftovers of an interrupted preparation", "dir", dir)
 		if err := removeUnfinished(nodeDir.f, p.target); err != nil {
+			if errors.Is(err, errMountPoint) {
+				return "", Result{}, fmt.Errorf("%w: %s: %w", ErrUnrecognized, dir, err)
+			}
 			if p.target.st != stateLeftover {
 				// Judged empty, but something was written since (rmdir
 				// refuses): another holder of this version is preparing it.
@@ -202,14 +207,37 @@ func Prepare(ctx context.Context, root string, inst node.Instance, opts Options)
 		if err != nil {
 			return "", Result{}, fmt.Errorf("%w: source %s: %w", ErrValidation, p.source.name, err)
 		}
-		t = &tree{
-			ctx: ctx, cfg: cfg, log: log, node: nodeDir.r,
-			src: p.source.name, dst: target,
-			srcDir: p.source.dir, dstDir: dst,
-			dstPath: dir,
+		newTree := func() *tree {
+			return &tree{
+				ctx: ctx, cfg: cfg, log: log, node: nodeDir.r,
+				src: p.source.name, dst: target,
+				srcDir: p.source.dir, dstDir: dst,
+				dstPath: dir,
+			}
 		}
+		t = newTree()
 		if err := t.copyAndValidate(&res); err != nil {
-			return "", Result{}, err
+			// Out of space: what retention gives up once this version is
+			// valid goes now, and the copy is made once more.
+			if claim || !noSpace(err) {
+				return "", Result{}, err
+			}
+			// The partial copy goes first: removing a valid version
+			// writes an in-progress file into it, which needs space.
+			if cerr := clearTarget(dst); cerr != nil {
+				return "", Result{}, fmt.Errorf("datadir: emptying %s to copy again: %w (after %w)", dir, cerr, err)
+			}
+			freed, mounts := freeSpace(ctx, nodeDir.f, nodePath, src, cfg, log)
+			res.MountPoints += mounts
+			if len(freed) == 0 {
+				return "", Result{}, err
+			}
+			pre = append(pre, freed...)
+			log.Warn("out of space: removed versions beyond retention, copying again", "dir", dir, "removed", freed, "err", err)
+			t = newTree()
+			if err := t.copyAndValidate(&res); err != nil {
+				return "", Result{}, err
+			}
 		}
 		// Validation compares with the source as it is now, which a stale
 		// holder's GC may have half deleted; GC removes the marker first.
@@ -278,7 +306,8 @@ func Prepare(ctx context.Context, root string, inst node.Instance, opts Options)
 		// the root (ErrForeignCluster) and stop us from claiming it.
 		log.Info("garbage collection skipped until the next preparation: this one claimed the data root", "root", root)
 	} else {
-		removed, err := collect(ctx, nodeDir.f, nodePath, inst.Version, cfg.keep, cfg.cluster, log)
+		removed, mounts, err := collect(ctx, nodeDir.f, nodePath, inst.Version, cfg.keep, cfg.cluster, log)
+		res.MountPoints += mounts
 		// Newest first, as collect lists them.
 		res.Removed = append(pre, removed...)
 		slices.SortStableFunc(res.Removed, func(a, b string) int {
@@ -465,6 +494,9 @@ func removeFailedTarget(node *os.File, name string, v node.Version, c Cluster, d
 	defer e.close()
 	if e.st != stateLeftover {
 		return fmt.Errorf("%s is no longer our unfinished directory (%s); left in place", name, e.why)
+	}
+	if err := checkVersionNotMount(node, e.dir); err != nil {
+		return err
 	}
 	var got, want, ip unix.Stat_t
 	if err := unix.Fstat(int(e.dir.Fd()), &got); err != nil {

@@ -120,7 +120,8 @@ type carriedEntry struct {
 // firstCopy is the first target name of a copied multi-name source file.
 // Until finished, later names wait in waiters; err is the copy's result.
 type firstCopy struct {
-	dir      *os.File
+	dir      *os.File // nil beyond maxHeld: opened again from dirRel
+	dirRel   string
 	name     string
 	dev, ino uint64 // the copy's, once finished
 	finished bool

@@ -306,17 +306,24 @@ func (t *tree) recheckEntry(j *dirJob, name string, missing map[string]carriedEn
 	if want.typ != unix.S_IFDIR {
 		return nil
 	}
-	sub, err := openDirAt(j.dst, name)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return nil // what was below it is reported as missing
-	case err != nil:
-		return err
-	}
-	sj := &dirJob{parent: j, dst: sub, name: name, rel: rel, finish: func(j *dirJob) { j.dst.Close() }}
+	// Opened by its own task, as the copy and validation do: opened here,
+	// every subdirectory of a large directory would be open at once.
 	j.start()
-	sj.start()
-	t.pool.add(func() { t.recheckDir(sj, missing, mu) })
+	t.pool.add(func() {
+		sub, err := openDirAt(j.dst, name)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			j.done() // what was below it is reported as missing
+			return
+		case err != nil:
+			t.setErr(err)
+			j.done()
+			return
+		}
+		sj := &dirJob{parent: j, dst: sub, name: name, rel: rel, finish: func(j *dirJob) { j.dst.Close() }}
+		sj.start()
+		t.recheckDir(sj, missing, mu)
+	})
 	return nil
 }
 

@@ -55,7 +55,11 @@ func (sess *session) prepareDataDir(ctx context.Context, inst nodeid.NodeInstanc
 		}
 		return "", fmt.Errorf("prepare data directory: %w", err)
 	}
-	_ = res // datadir logs "prepared" (component=datadir) with the counts: not repeated here
+	// datadir logs "prepared" (component=datadir) with the counts: not
+	// repeated here. Mount points it left need an operator.
+	if sess.metrics != nil {
+		sess.metrics.dataMountPoints.Set(float64(res.MountPoints))
+	}
 	return dir, nil
 }
 

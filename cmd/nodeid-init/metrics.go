@@ -35,6 +35,7 @@ type metrics struct {
 	clusterSize     prometheus.Gauge
 
 	leaseFileFailures prometheus.Counter
+	dataMountPoints   prometheus.Gauge
 }
 
 // Metric names follow Prometheus conventions: nodeid_ prefix, base units,
@@ -63,6 +64,8 @@ func newMetrics() *metrics {
 	}
 	m.leaseFileFailures = prometheus.NewCounter(prometheus.CounterOpts{Name: "nodeid_lease_file_write_failures_total",
 		Help: "Failed writes of the lease file; two in a row while held end the tenure like a loss."})
+	m.dataMountPoints = prometheus.NewGauge(prometheus.GaugeOpts{Name: "nodeid_datadir_mount_points",
+		Help: "Old version directories the last data-directory preparation left in place because another file system is mounted in or on them."})
 	m.nodeID.Set(-1)
 	v, c := buildVersion()
 	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{Name: "nodeid_build_info", Help: "Always 1; the labels say which nodeid-init runs.",
@@ -70,7 +73,7 @@ func newMetrics() *metrics {
 	buildInfo.Set(1)
 	m.reg.MustRegister(buildInfo, m.held, m.nodeID, m.version, m.renewals, m.renewalFailures, m.renewLatency,
 		m.acquireAttempts, m.acquireSeconds, m.transitions, m.selfFences, m.noAddress, m.leaseFileFailures,
-		m.waiting, m.clusterSize,
+		m.waiting, m.clusterSize, m.dataMountPoints,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, to := range transitionLabels {
 		m.transitions.WithLabelValues(to)
