@@ -131,7 +131,8 @@ func (t *tree) linkToCopy(f *firstCopy, dst *os.File, name, rel string) error {
 	if err := unix.Linkat(int(f.dir.Fd()), f.name, int(dst.Fd()), name, 0); err != nil {
 		return &os.LinkError{Op: "linkat", Old: path.Join(f.dir.Name(), f.name), New: path.Join(t.dst, rel), Err: err}
 	}
-	t.record(rel, made{act: actCopy, typ: unix.S_IFREG, dev: f.dev, ino: f.ino})
+	t.record(rel, made{act: actCopy, typ: unix.S_IFREG, dev: f.dev, ino: f.ino,
+		stamp: f.src.stamp, srcDev: f.src.dev, srcIno: f.src.ino})
 	t.filesCopied.Add(1) // a name of a copied file; its bytes are counted once
 	return nil
 }
@@ -165,7 +166,7 @@ func (t *tree) firstCopyOf(st *unix.Stat_t, j *dirJob, name, rel string) (f *fir
 			t.held[j.dst] = held
 		}
 	}
-	f = &firstCopy{dir: held, name: name}
+	f = &firstCopy{src: k, dir: held, name: name}
 	t.copies[k] = f
 	return f, true, false, nil
 }
@@ -284,7 +285,8 @@ func (t *tree) copySymlink(src, dst *os.File, name, rel string, st *unix.Stat_t)
 
 // copyFile copies a regular file of j: copy_file_range(2), then the
 // source's mode and times. A file with several names is copied once, at
-// its first name (see firstCopyOf).
+// its first name (see firstCopyOf). The source's inode and stamp as
+// opened are recorded: validation fails if it was written since.
 func (t *tree) copyFile(j *dirJob, name, rel string) (err error) {
 	src, dst := j.src, j.dst
 	// O_NONBLOCK: a file swapped for a FIFO must not block the open.
@@ -330,7 +332,8 @@ func (t *tree) copyFile(j *dirJob, name, rel string) (err error) {
 	if err := unix.Fstat(dfd, &dst0); err != nil {
 		return &os.PathError{Op: "fstat", Path: df.Name(), Err: err}
 	}
-	t.record(rel, made{act: actCopy, typ: unix.S_IFREG, dev: dst0.Dev, ino: dst0.Ino})
+	t.record(rel, made{act: actCopy, typ: unix.S_IFREG, dev: dst0.Dev, ino: dst0.Ino,
+		stamp: stampOf(&st), srcDev: st.Dev, srcIno: st.Ino})
 	if f != nil {
 		f.dev, f.ino = dst0.Dev, dst0.Ino // read by later names after copied
 	}

@@ -89,12 +89,14 @@ func stampOf(st *unix.Stat_t) linkStamp {
 
 // made is a target entry as this preparation made it: how (actDir,
 // actSymlink, actLink, actCopy), its type, its inode (not for a symlink)
-// and, for a link, its stamp right after the linkat.
+// and, for a link, its stamp right after the linkat; for a copy, its
+// source's inode and stamp when it was opened for the copy.
 type made struct {
-	act      action
-	typ      uint32
-	dev, ino uint64
-	stamp    linkStamp
+	act            action
+	typ            uint32
+	dev, ino       uint64
+	stamp          linkStamp
+	srcDev, srcIno uint64 // a copy's source
 }
 
 func (t *tree) record(rel string, m made) {
@@ -120,6 +122,7 @@ type carriedEntry struct {
 // firstCopy is the first target name of a copied multi-name source file.
 // Until finished, later names wait in waiters; err is the copy's result.
 type firstCopy struct {
+	src      inodeKey // the source inode, as it was copied
 	dir      *os.File
 	name     string
 	dev, ino uint64 // the copy's, once finished
