@@ -127,7 +127,7 @@ func (t *tree) validateEntry(j *dirJob, e dirEntry) error {
 	if st, dt := ss.Mode&unix.S_IFMT, ds.Mode&unix.S_IFMT; st != dt || dt != m.typ {
 		return bad("file type %#o in the target, %#o in the source, %#o made", dt, st, m.typ)
 	}
-	if m.act != actSymlink && (ds.Dev != m.dev || ds.Ino != m.ino) {
+	if ds.Dev != m.dev || ds.Ino != m.ino {
 		return bad("not the entry this preparation made (inode %d, made %d)", ds.Ino, m.ino)
 	}
 	ce := carriedEntry{typ: ds.Mode & unix.S_IFMT}
