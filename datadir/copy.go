@@ -138,7 +138,8 @@ func (t *tree) linkToCopy(f *firstCopy, dst *os.File, name, rel string) error {
 	if err := unix.Linkat(int(dir.Fd()), f.name, int(dst.Fd()), name, 0); err != nil {
 		return &os.LinkError{Op: "linkat", Old: path.Join(dir.Name(), f.name), New: path.Join(t.dst, rel), Err: err}
 	}
-	t.record(rel, made{act: actCopy, typ: unix.S_IFREG, dev: f.dev, ino: f.ino})
+	t.record(rel, made{act: actCopy, typ: unix.S_IFREG, dev: f.dev, ino: f.ino,
+		stamp: f.src.stamp, srcDev: f.src.dev, srcIno: f.src.ino})
 	t.filesCopied.Add(1) // a name of a copied file; its bytes are counted once
 	return nil
 }
@@ -173,7 +174,7 @@ func (t *tree) firstCopyOf(st *unix.Stat_t, j *dirJob, name, rel string) (f *fir
 			t.held[j.dst] = held
 		}
 	}
-	f = &firstCopy{dir: held, dirRel: j.rel, name: name}
+	f = &firstCopy{src: k, dir: held, dirRel: j.rel, name: name}
 	t.copies[k] = f
 	return f, true, false, nil
 }
@@ -222,7 +223,7 @@ func (t *tree) copySubdir(parent *dirJob, name, rel string) {
 		parent.done()
 		return
 	}
-	j, err := t.openSubdir(parent, name, rel)
+	j, dst, err := t.openSubdir(parent, name, rel)
 	if err != nil {
 		t.setErr(err)
 		parent.done()
@@ -238,42 +239,39 @@ func (t *tree) copySubdir(parent *dirJob, name, rel string) {
 		if t.firstErr() != nil {
 			return
 		}
-		t.setErr(setTimes(parent.dst, name, &st))
-		if err := unix.Fchmod(int(j.dst.Fd()), uint32(st.Mode&0o7777)); err != nil {
-			t.setErr(&os.PathError{Op: "fchmod", Path: path.Join(t.dst, rel), Err: err})
-		}
+		t.setErr(t.finishDir(j.dst, &dst, &st, rel))
 	}
 	t.copyDir(j)
 }
 
-// openSubdir makes the target directory name and opens it and the source's.
-func (t *tree) openSubdir(parent *dirJob, name, rel string) (*dirJob, error) {
+// openSubdir makes the target directory name and opens it and the
+// source's; st is the target's fstat.
+func (t *tree) openSubdir(parent *dirJob, name, rel string) (_ *dirJob, st unix.Stat_t, _ error) {
 	if err := unix.Mkdirat(int(parent.dst.Fd()), name, 0o700); err != nil {
-		return nil, &os.PathError{Op: "mkdirat", Path: path.Join(t.dst, rel), Err: err}
+		return nil, st, &os.PathError{Op: "mkdirat", Path: path.Join(t.dst, rel), Err: err}
 	}
 	s, err := openDirAt(parent.src, name)
 	if err != nil {
-		return nil, err
+		return nil, st, err
 	}
 	d, err := openDirAt(parent.dst, name)
 	if err != nil {
 		s.Close()
-		return nil, err
+		return nil, st, err
 	}
-	var st unix.Stat_t
 	if err := unix.Fstat(int(d.Fd()), &st); err != nil {
 		s.Close()
 		d.Close()
-		return nil, &os.PathError{Op: "fstat", Path: path.Join(t.dst, rel), Err: err}
+		return nil, st, &os.PathError{Op: "fstat", Path: path.Join(t.dst, rel), Err: err}
 	}
 	t.record(rel, made{act: actDir, typ: unix.S_IFDIR, dev: st.Dev, ino: st.Ino})
 	j := &dirJob{parent: parent, src: s, dst: d, name: name, rel: rel}
 	j.start()
-	return j, nil
+	return j, st, nil
 }
 
 // copySymlink recreates a symlink after checking that it stays inside, with
-// the times of the source link (st), as cp -a does.
+// the owner and times of the source link (st), as cp -a does.
 func (t *tree) copySymlink(src, dst *os.File, name, rel string, st *unix.Stat_t) error {
 	target, err := readlinkat(int(src.Fd()), name)
 	if err != nil {
@@ -285,14 +283,15 @@ func (t *tree) copySymlink(src, dst *os.File, name, rel string, st *unix.Stat_t)
 	if err := unix.Symlinkat(target, int(dst.Fd()), name); err != nil {
 		return &os.PathError{Op: "symlinkat", Path: path.Join(t.dst, rel), Err: err}
 	}
-	t.record(rel, made{act: actSymlink, typ: unix.S_IFLNK})
 	t.symlinks.Add(1)
-	return setTimes(dst, name, st)
+	return t.finishSymlink(dst, name, rel, target, st)
 }
 
 // copyFile copies a regular file of j: copy_file_range(2), then the
-// source's mode and times. A file with several names is copied once, at
-// its first name (see firstCopyOf).
+// source's owner, mode and times, through the copy's descriptor. A file
+// with several names is copied once, at its first name (see firstCopyOf).
+// The source's inode and stamp as opened are recorded: validation fails
+// if it was written since (see validateEntry).
 func (t *tree) copyFile(j *dirJob, name, rel string) (err error) {
 	src, dst := j.src, j.dst
 	// O_NONBLOCK: a file swapped for a FIFO must not block the open.
@@ -338,7 +337,8 @@ func (t *tree) copyFile(j *dirJob, name, rel string) (err error) {
 	if err := unix.Fstat(dfd, &dst0); err != nil {
 		return &os.PathError{Op: "fstat", Path: df.Name(), Err: err}
 	}
-	t.record(rel, made{act: actCopy, typ: unix.S_IFREG, dev: dst0.Dev, ino: dst0.Ino})
+	t.record(rel, made{act: actCopy, typ: unix.S_IFREG, dev: dst0.Dev, ino: dst0.Ino,
+		stamp: stampOf(&st), srcDev: st.Dev, srcIno: st.Ino})
 	if f != nil {
 		f.dev, f.ino = dst0.Dev, dst0.Ino // read by later names after copied
 	}
@@ -350,42 +350,15 @@ func (t *tree) copyFile(j *dirJob, name, rel string) (err error) {
 	if err := copyXattrs(sfd, dfd); err != nil {
 		return fmt.Errorf("%s: %w", rel, err)
 	}
-	mode, err := copyMode(dfd, &st)
+	kept, err := t.keepOwner(dfd, false, &st, &dst0, rel)
 	if err != nil {
-		return &os.PathError{Op: "fstat", Path: df.Name(), Err: err}
+		return err
 	}
-	if err := unix.Fchmod(dfd, mode); err != nil {
+	if err := unix.Fchmod(dfd, copyMode(&st, kept)); err != nil {
 		return &os.PathError{Op: "fchmod", Path: df.Name(), Err: err}
 	}
-	return setTimes(dst, name, &st)
-}
-
-// copyMode is the mode a copy (fd) of the source file st gets: the
-// source's, without setuid, setgid and sticky if the copy's owner or group
-// differs from the source's. Copies are owned by the copier, and a setuid
-// program of another user must not become one of ours (as chown(2) and
-// cp -p drop these bits too).
-func copyMode(fd int, st *unix.Stat_t) (uint32, error) {
-	mode := st.Mode & 0o7777
-	if mode&(unix.S_ISUID|unix.S_ISGID|unix.S_ISVTX) == 0 {
-		return mode, nil
-	}
-	var cst unix.Stat_t
-	if err := unix.Fstat(fd, &cst); err != nil {
-		return 0, err
-	}
-	if cst.Uid != st.Uid || cst.Gid != st.Gid {
-		mode &^= unix.S_ISUID | unix.S_ISGID | unix.S_ISVTX
-	}
-	return mode, nil
-}
-
-// setTimes gives the entry name of dir the access and modification times
-// of st, without following a symlink.
-func setTimes(dir *os.File, name string, st *unix.Stat_t) error {
-	ts := []unix.Timespec{st.Atim, st.Mtim}
-	if err := unix.UtimesNanoAt(int(dir.Fd()), name, ts, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		return &os.PathError{Op: "utimensat", Path: path.Join(dir.Name(), name), Err: err}
+	if err := futimens(dfd, &st); err != nil {
+		return &os.PathError{Op: "futimens", Path: df.Name(), Err: err}
 	}
 	return nil
 }

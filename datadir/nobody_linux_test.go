@@ -17,7 +17,8 @@ const childEnv = "NODEID_TEST_NOBODY_DIR"
 // gid 65534, with a fresh directory owned by it, and fails if the child
 // fails. As root only: otherwise the test itself is unprivileged already
 // and runs its part directly with a temporary directory (see nobodyDir).
-func asNobody(t *testing.T, test string) {
+// setup, if any, runs first, as root, on that directory.
+func asNobody(t *testing.T, test string, setup ...func(work string)) {
 	t.Helper()
 	if os.Getuid() != 0 {
 		return
@@ -56,6 +57,9 @@ func asNobody(t *testing.T, test string) {
 	}
 	if err := os.Chown(work, 65534, 65534); err != nil {
 		t.Fatal(err)
+	}
+	for _, f := range setup {
+		f(work)
 	}
 	cmd := exec.Command(filepath.Join(bin, "datadir.test"), "-test.run=^"+test+"$", "-test.count=1", "-test.v")
 	cmd.Dir = work

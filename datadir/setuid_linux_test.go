@@ -8,8 +8,10 @@ import (
 )
 
 // A setuid/setgid file of another user, copied (not linked), must not
-// become a setuid/setgid file of the copier (issue 19, item 1). A file of
-// our own keeps its bits.
+// become a setuid/setgid file of the copier (issue 19, item 1). Copied by
+// root, it keeps its owner and so its bits (issue 24.3; where the owner
+// cannot be kept, see TestSetgidDirectoryOfAnotherUserLosesItsBits). A
+// file of our own keeps its bits.
 func TestSetuidDroppedWhenOwnerChanges(t *testing.T) {
 	if os.Getuid() != 0 {
 		t.Skip("needs root to create a file of another user")
@@ -37,7 +39,7 @@ func TestSetuidDroppedWhenOwnerChanges(t *testing.T) {
 	if res.FilesCopied != 3 {
 		t.Fatalf("FilesCopied = %d, want 3", res.FilesCopied)
 	}
-	for name, want := range map[string]uint32{"foreign": 0o755, "own": 0o6755, "plain": 0o1644} {
+	for name, want := range map[string]uint32{"foreign": 0o6755, "own": 0o6755, "plain": 0o1644} {
 		var st syscall.Stat_t
 		if err := syscall.Stat(filepath.Join(dir, name), &st); err != nil {
 			t.Fatal(err)

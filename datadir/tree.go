@@ -66,6 +66,7 @@ type tree struct {
 	filesCopied, bytesCopied atomic.Int64
 	filesLinked, bytesLinked atomic.Int64
 	symlinks, skipped        atomic.Int64
+	ownersLost               atomic.Int64 // entries whose owner could not be kept
 }
 
 // inodeKey identifies a source inode during the walk: an inode number is
@@ -88,13 +89,15 @@ func stampOf(st *unix.Stat_t) linkStamp {
 }
 
 // made is a target entry as this preparation made it: how (actDir,
-// actSymlink, actLink, actCopy), its type, its inode (not for a symlink)
-// and, for a link, its stamp right after the linkat.
+// actSymlink, actLink, actCopy), its type, its inode and, for a link, its
+// stamp right after the linkat; for a copy, its source's inode and stamp
+// when it was opened for the copy.
 type made struct {
-	act      action
-	typ      uint32
-	dev, ino uint64
-	stamp    linkStamp
+	act            action
+	typ            uint32
+	dev, ino       uint64
+	stamp          linkStamp
+	srcDev, srcIno uint64 // a copy's source
 }
 
 func (t *tree) record(rel string, m made) {
@@ -120,6 +123,7 @@ type carriedEntry struct {
 // firstCopy is the first target name of a copied multi-name source file.
 // Until finished, later names wait in waiters; err is the copy's result.
 type firstCopy struct {
+	src      inodeKey // the source inode, as it was copied
 	dir      *os.File // nil beyond maxHeld: opened again from dirRel
 	dirRel   string
 	name     string
@@ -235,7 +239,7 @@ func (t *tree) copyTop() error {
 	t.pool = newPool()
 	top := &dirJob{src: t.srcDir, dst: t.dstDir, finish: func(*dirJob) {
 		if t.firstErr() == nil {
-			t.setErr(setTimes(t.dstDir, ".", &st))
+			t.setErr(t.finishTop(&st))
 		}
 	}}
 	top.start()

@@ -23,7 +23,8 @@ import (
 // every entry of the target must be one this preparation made (see made)
 // and still be as it made it: directories, symlinks with the source's
 // target, hard links to the source's inode unchanged since linked, copies
-// with the source's size (and content, if configured). A target entry
+// with the source's size (and content, if configured), of a source inode
+// unchanged since it was copied (its size, mtime and ctime). A target entry
 // whose source name is gone (deleted or renamed by a stale holder
 // meanwhile) cannot be proven current and fails validation too. A source
 // changed by a stale holder after it was copied fails validation; the
@@ -126,7 +127,7 @@ func (t *tree) validateEntry(j *dirJob, e dirEntry) error {
 	if st, dt := ss.Mode&unix.S_IFMT, ds.Mode&unix.S_IFMT; st != dt || dt != m.typ {
 		return bad("file type %#o in the target, %#o in the source, %#o made", dt, st, m.typ)
 	}
-	if m.act != actSymlink && (ds.Dev != m.dev || ds.Ino != m.ino) {
+	if ds.Dev != m.dev || ds.Ino != m.ino {
 		return bad("not the entry this preparation made (inode %d, made %d)", ds.Ino, m.ino)
 	}
 	ce := carriedEntry{typ: ds.Mode & unix.S_IFMT}
@@ -186,6 +187,17 @@ func (t *tree) validateEntry(j *dirJob, e dirEntry) error {
 			// Sharing a mutable file with a stale holder is the one
 			// thing a copy must never do.
 			return bad("shares its inode with the source")
+		}
+		// The source as it was opened for the copy: not replaced, not
+		// written since (a same-size write in place moves the mtime, one
+		// with its mtime set back the ctime).
+		if ss.Dev != m.srcDev || ss.Ino != m.srcIno {
+			return bad("copied, but the source name is another file now (replaced since it was copied)")
+		}
+		if was := m.stamp; stampOf(&ss) != was {
+			return bad("copied, but the source changed since it was copied (size %d→%d, mtime %v→%v, ctime %v→%v)",
+				was.size, ss.Size, time.Unix(was.mtime.Unix()), time.Unix(ss.Mtim.Unix()),
+				time.Unix(was.ctime.Unix()), time.Unix(ss.Ctim.Unix()))
 		}
 		if ss.Size != ds.Size {
 			return bad("size %d in the target, %d in the source", ds.Size, ss.Size)
