@@ -46,7 +46,7 @@ func defaultFSTimeout(l time.Duration) time.Duration {
 	return max(4*l, 30*time.Second)
 }
 
-// fsTimeout is the bound of each file-system phase.
+// fsBound is the bound of each file-system phase (--fs-timeout).
 func (s *settings) fsBound() time.Duration {
 	if s.fsTimeout > 0 {
 		return s.fsTimeout
