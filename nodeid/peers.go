@@ -89,15 +89,19 @@ type PeerState string
 
 // States of a Peer.
 const (
-	PeerHeld     PeerState = "held"     // held, and not expired by the server's clock
+	PeerHeld     PeerState = "held"     // held by a live holder, not expired by the server's clock
 	PeerExpired  PeerState = "expired"  // held, but not renewed for a lease duration
 	PeerReleased PeerState = "released" // released or never held
 	PeerUnusable PeerState = "unusable" // scaled down
 	PeerMissing  PeerState = "missing"  // no object
-	PeerCorrupt  PeerState = "corrupt"  // an object that is not a lease
+	PeerCorrupt  PeerState = "corrupt"  // an object that is not a lease, or names a task ID we never write
 	// PeerUnknown: not read for a lease duration (S3 errors), or its
 	// expiry cannot be judged (no server Date): no address is given.
 	PeerUnknown PeerState = "unknown"
+	// PeerNoHolder: held in name only, an expiring placeholder
+	// (Lease.Placeholder). It blocks takers until it expires, but no live
+	// task holds it, so no address is given.
+	PeerNoHolder PeerState = "no-holder"
 )
 
 // Peer is one node ID of the cluster: its version, its holder and where to
@@ -115,6 +119,11 @@ type Peer struct {
 // (the largest of the object's, ours and the one it claims is used).
 func peerOf(rec Record, lease time.Duration) Peer {
 	l := rec.Lease
+	if l.Held() && !safeTaskIDText(l.TaskID) {
+		// Not written by this tool (ValidateTaskID): its task ID would
+		// reach templates and env files, so nothing of it is shown.
+		return Peer{ID: rec.ID, State: PeerCorrupt}
+	}
 	p := Peer{ID: rec.ID, Version: l.Instance.Version, TaskID: l.TaskID}
 	switch {
 	case !l.Acquirable:
@@ -127,6 +136,8 @@ func peerOf(rec Record, lease time.Duration) Peer {
 		p.State = PeerUnknown
 	case ExpiredByServerClock(rec.LastModified, rec.ServerDate, max(l.Duration, lease, rec.ClaimedDuration())):
 		p.State = PeerExpired
+	case l.Placeholder():
+		p.State = PeerNoHolder
 	default:
 		p.State = PeerHeld
 		if ValidateAddress(l.Address) == nil {
