@@ -115,6 +115,24 @@ type Peer struct {
 	State   PeerState `json:"state"`
 }
 
+// LiveHolder reports whether the held lease in rec names a task that may
+// still act as its holder: not a Placeholder, and its own validity not
+// passed by the server's clock. A holder's validity ends L - m after it
+// sent its last write, which landed before Last-Modified + 1 s, so
+// Date - Last-Modified >= L + 1 s (L its own recorded duration) proves it
+// over. Takers wait for the longest duration any task may have
+// (ExpiredByServerClock in judge); a holder that has stopped is not live
+// that long. A holder that recorded no duration (Camunda's) is live until
+// that rule says expired: its timestamp is another machine's clock. Without
+// Date or Last-Modified nothing is proven, and it is not live.
+func (rec Record) LiveHolder() bool {
+	l := rec.Lease
+	if !l.Held() || l.Placeholder() || rec.ServerDate.IsZero() || rec.LastModified.IsZero() {
+		return false
+	}
+	return l.Duration == 0 || !ExpiredByServerClock(rec.LastModified, rec.ServerDate, l.Duration)
+}
+
 // peerOf judges rec as a peer, with lease the waiter's lease duration
 // (the largest of the object's, ours and the one it claims is used).
 func peerOf(rec Record, lease time.Duration) Peer {
@@ -136,7 +154,7 @@ func peerOf(rec Record, lease time.Duration) Peer {
 		p.State = PeerUnknown
 	case ExpiredByServerClock(rec.LastModified, rec.ServerDate, max(l.Duration, lease, rec.ClaimedDuration())):
 		p.State = PeerExpired
-	case l.Placeholder():
+	case !rec.LiveHolder():
 		p.State = PeerNoHolder
 	default:
 		p.State = PeerHeld

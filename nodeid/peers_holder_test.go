@@ -16,10 +16,19 @@ func heldLease(task string, id int, addr string) nodeid.Lease {
 		Duration: time.Minute, Nonce: task + "-nonce", Acquirable: true, Address: addr}
 }
 
+// shortLease is heldLease with a lease duration of one second.
+func shortLease(task string, id int, addr string) nodeid.Lease {
+	l := heldLease(task, id, addr)
+	l.Duration, l.Expires = time.Second, time.Now().Add(time.Second)
+	return l
+}
+
 // Issue 23.10: only a live holder is a held peer. A lease recreated on
-// behalf of nobody (scale's new ID, a restore after a delete) and a lease a
-// scale-down and scale-up wrote over its (fenced) holder are "no-holder"
-// and give no address; a live holder's lease is held with its address.
+// behalf of nobody (scale's new ID, a restore after a delete), a lease a
+// scale-down and scale-up wrote over its (fenced) holder, and a lease whose
+// holder's own duration (1 s) has passed by the server's clock while the
+// reader's (a minute) has not are "no-holder" and give no address; a live
+// holder's lease is held with its address.
 func TestPeersOfPlaceholdersHaveNoHolderAndNoAddress(t *testing.T) {
 	forEachServer(t, func(t *testing.T, srv *s3test.Server) {
 		ctx := context.Background()
@@ -41,7 +50,13 @@ func TestPeersOfPlaceholdersHaveNoHolderAndNoAddress(t *testing.T) {
 		if err := nodeid.Scale(ctx, repo, 3, "nodeid-init-scale", time.Minute); err != nil {
 			t.Fatal(err)
 		}
-		peers, err := nodeid.ReadPeers(ctx, repo, 3, 2*time.Second)
+		if _, err := repo.Create(ctx, shortLease("stopped", 3, "10.0.0.4:9093")); err != nil {
+			t.Fatal(err)
+		}
+		// Node 3's holder (L = 1 s) is not renewing: after 2 s of real
+		// time, Date - Last-Modified >= 2 s = L + 1 s.
+		time.Sleep(2100 * time.Millisecond)
+		peers, err := nodeid.ReadPeers(ctx, repo, 4, time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -49,6 +64,7 @@ func TestPeersOfPlaceholdersHaveNoHolderAndNoAddress(t *testing.T) {
 			{ID: 0, Address: "10.0.0.1:9093", Version: 1, TaskID: "live", State: nodeid.PeerHeld},
 			{ID: 1, Version: 1, TaskID: "recreated-by:nodeid-init-scale", State: nodeid.PeerNoHolder},
 			{ID: 2, Version: 1, TaskID: "fenced", State: nodeid.PeerNoHolder},
+			{ID: 3, Version: 1, TaskID: "stopped", State: nodeid.PeerNoHolder},
 		}
 		if len(peers) != len(want) {
 			t.Fatalf("peers %+v, want %+v", peers, want)

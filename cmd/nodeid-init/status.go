@@ -196,9 +196,9 @@ func readStatus(ctx context.Context, repo nodeid.Repository, size int, localLeas
 				// Without S3's clock the holder cannot be judged live.
 				row.State = "unknown"
 				row.Note = "S3 sent no Date or Last-Modified: expiry cannot be judged"
-			case l.Placeholder():
+			case !rec.LiveHolder():
 				row.State = "no-holder"
-				row.Note = "no holder (created by scale, recreated after a delete, or fenced by a scale-down): takeable when it expires"
+				row.Note = "no live holder (created by scale, recreated after a delete, fenced by a scale-down, or not renewed for its holder's lease duration): takeable when it expires"
 				row.setLeft(rec, lease)
 			default:
 				row.State = "held"
