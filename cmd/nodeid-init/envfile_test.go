@@ -31,11 +31,8 @@ func sourceEnvFile(t *testing.T, path string) map[string]string {
 	return env
 }
 
-// hostile holds shell syntax that must come out of the env file as data.
-const hostile = `t1;touch${IFS}PWNED;$(touch${IFS}PWNED)` + "`touch${IFS}PWNED`" + `'"\\|&<>*~#!`
-
-// hostileValue is the same with one backslash: what
-// TestEnvFileValuesAreDataForTheShell writes with the command's own
+// hostileValue holds shell syntax that must come out of the env file as
+// data: TestEnvFileValuesAreDataForTheShell writes it with the command's own
 // envFileText.
 const hostileValue = `t1;touch${IFS}PWNED;$(touch${IFS}PWNED)` + "`touch${IFS}PWNED`" + `'"\|&<>*~#!`
 
