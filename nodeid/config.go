@@ -219,18 +219,19 @@ func (c Config) ValidateExceptTaskID() error {
 	return nil
 }
 
-// ValidateTaskID checks a task ID: printable ASCII without spaces (it travels
-// in an HTTP header), 1 to 256 characters.
+// ValidateTaskID checks a task ID: 1 to 256 ASCII letters, digits and
+// taskIDPunct. It travels in an HTTP header and reaches peers' templates
+// and env files, where no character of it may be shell syntax.
 func ValidateTaskID(id string) error {
 	if id == "" {
 		return fmt.Errorf("%w: task id is empty", ErrInvalidConfig)
 	}
-	if len(id) > 256 {
-		return fmt.Errorf("%w: task id is %d characters, at most 256", ErrInvalidConfig, len(id))
+	if len(id) > maxTaskIDLen {
+		return fmt.Errorf("%w: task id is %d characters, at most %d", ErrInvalidConfig, len(id), maxTaskIDLen)
 	}
-	for _, r := range id {
-		if r <= ' ' || r > '~' {
-			return fmt.Errorf("%w: task id %q: only printable ASCII without spaces", ErrInvalidConfig, id)
+	for i := 0; i < len(id); i++ {
+		if !taskIDChar(id[i]) {
+			return fmt.Errorf("%w: task id %q: only ASCII letters, digits and %s", ErrInvalidConfig, id, taskIDPunct)
 		}
 	}
 	return nil

@@ -2,6 +2,7 @@ package nodeid
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -24,7 +25,8 @@ const (
 	MetaNonce = "nonce"
 	// MetaLeaseDuration is the writer's lease duration in milliseconds.
 	MetaLeaseDuration = "leaseduration"
-	// MetaWriter names the task that wrote a released or never-held lease.
+	// MetaWriter names the task that wrote a released or never-held lease,
+	// or a held one on its holder's behalf (scale's marks).
 	MetaWriter = "writer"
 )
 
@@ -55,7 +57,9 @@ type Lease struct {
 	// TaskID identifies the holder; empty when released.
 	TaskID string
 	// Writer is the task that wrote a released or never-held lease (the
-	// releaser, the bootstrapper, the operator's tool). Informational.
+	// releaser, the bootstrapper, the operator's tool). In a held lease it
+	// is set only by a writer other than the holder (scale marking it), so
+	// the object no longer says that its holder is alive (Placeholder).
 	Writer string
 	// Instance is the node ID and the version (fencing token) of this tenure.
 	Instance NodeInstance
@@ -91,6 +95,16 @@ type Lease struct {
 
 // Held reports whether the lease names a holder.
 func (l Lease) Held() bool { return l.TaskID != "" }
+
+// Placeholder reports whether a held lease stands for no live holder: an
+// expiring lease written on behalf of an unknown holder (recreatedPrefix:
+// created by scale or a non-fresh bootstrap, or recreated after a delete),
+// or one written over its holder by another task (scale's mark, after which
+// the holder's next renewal fails). It still blocks takers until it
+// expires, but nobody behind it answers.
+func (l Lease) Placeholder() bool {
+	return l.Held() && (strings.HasPrefix(l.TaskID, recreatedPrefix) || l.Writer != "")
+}
 
 // Foreign reports whether a held lease was written by another tool
 // (Camunda's provider): it carries no nonce and no lease duration.
@@ -142,6 +156,11 @@ func (l Lease) Encode() ([]byte, map[string]string) {
 	}
 	if l.Held() && l.Address != "" {
 		meta[MetaAddress] = l.Address
+	}
+	if l.Held() {
+		// Always written, so that no earlier writer's key survives (some
+		// servers keep metadata a PUT does not name).
+		meta[MetaWriter] = cmp.Or(l.Writer, l.TaskID)
 	}
 	if !l.Held() {
 		if l.Forced {
@@ -302,6 +321,9 @@ func DecodeLease(id int, body []byte, meta map[string]string) (Lease, error) {
 	if held {
 		l.TaskID = *b.TaskID
 		l.Address = m[MetaAddress] // checked where it is used (ValidateAddress)
+		if w := m[MetaWriter]; w != l.TaskID {
+			l.Writer = w // written over its holder (Placeholder)
+		}
 	} else {
 		// A released lease as earlier versions wrote it: the body named
 		// its writer.

@@ -89,15 +89,19 @@ type PeerState string
 
 // States of a Peer.
 const (
-	PeerHeld     PeerState = "held"     // held, and not expired by the server's clock
+	PeerHeld     PeerState = "held"     // held by a live holder, not expired by the server's clock
 	PeerExpired  PeerState = "expired"  // held, but not renewed for a lease duration
 	PeerReleased PeerState = "released" // released or never held
 	PeerUnusable PeerState = "unusable" // scaled down
 	PeerMissing  PeerState = "missing"  // no object
-	PeerCorrupt  PeerState = "corrupt"  // an object that is not a lease
+	PeerCorrupt  PeerState = "corrupt"  // an object that is not a lease, or names a task ID we never write
 	// PeerUnknown: not read for a lease duration (S3 errors), or its
 	// expiry cannot be judged (no server Date): no address is given.
 	PeerUnknown PeerState = "unknown"
+	// PeerNoHolder: held in name only, an expiring placeholder
+	// (Lease.Placeholder). It blocks takers until it expires, but no live
+	// task holds it, so no address is given.
+	PeerNoHolder PeerState = "no-holder"
 )
 
 // Peer is one node ID of the cluster: its version, its holder and where to
@@ -111,10 +115,33 @@ type Peer struct {
 	State   PeerState `json:"state"`
 }
 
+// LiveHolder reports whether the held lease in rec names a task that may
+// still act as its holder: not a Placeholder, and its own validity not
+// passed by the server's clock. A holder's validity ends L - m after it
+// sent its last write, which landed before Last-Modified + 1 s, so
+// Date - Last-Modified >= L + 1 s (L its own recorded duration) proves it
+// over. Takers wait for the longest duration any task may have
+// (ExpiredByServerClock in judge); a holder that has stopped is not live
+// that long. A holder that recorded no duration (Camunda's) is live until
+// that rule says expired: its timestamp is another machine's clock. Without
+// Date or Last-Modified nothing is proven, and it is not live.
+func (rec Record) LiveHolder() bool {
+	l := rec.Lease
+	if !l.Held() || l.Placeholder() || rec.ServerDate.IsZero() || rec.LastModified.IsZero() {
+		return false
+	}
+	return l.Duration == 0 || !ExpiredByServerClock(rec.LastModified, rec.ServerDate, l.Duration)
+}
+
 // peerOf judges rec as a peer, with own the reader's lease duration and
 // cluster the marker's (see HolderDuration).
 func peerOf(rec Record, own, cluster time.Duration) Peer {
 	l := rec.Lease
+	if l.Held() && !safeTaskIDText(l.TaskID) {
+		// Not written by this tool (ValidateTaskID): its task ID would
+		// reach templates and env files, so nothing of it is shown.
+		return Peer{ID: rec.ID, State: PeerCorrupt}
+	}
 	p := Peer{ID: rec.ID, Version: l.Instance.Version, TaskID: l.TaskID}
 	switch {
 	case !l.Acquirable:
@@ -127,6 +154,8 @@ func peerOf(rec Record, own, cluster time.Duration) Peer {
 		p.State = PeerUnknown
 	case ExpiredByServerClock(rec.LastModified, rec.ServerDate, HolderDuration(rec, own, cluster)):
 		p.State = PeerExpired
+	case !rec.LiveHolder():
+		p.State = PeerNoHolder
 	default:
 		p.State = PeerHeld
 		if ValidateAddress(l.Address) == nil {

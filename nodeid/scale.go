@@ -99,6 +99,8 @@ func setAcquirable(ctx context.Context, repo Repository, id int, acquirable bool
 				l.Instance.Version = aboveLegacy(l.Instance.Version, known[id])
 			}
 			l.Writer, l.Expires, l.Legacy = taskID, time.Now(), false
+		} else {
+			l.Writer = taskID // the holder did not write this: Placeholder
 		}
 	}
 	_, err = repo.Write(ctx, l, rec.ETag)

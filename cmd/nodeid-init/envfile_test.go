@@ -31,11 +31,8 @@ func sourceEnvFile(t *testing.T, path string) map[string]string {
 	return env
 }
 
-// hostile holds shell syntax that must come out of the env file as data.
-const hostile = `t1;touch${IFS}PWNED;$(touch${IFS}PWNED)` + "`touch${IFS}PWNED`" + `'"\\|&<>*~#!`
-
-// hostileValue is the same with one backslash: what
-// TestEnvFileValuesAreDataForTheShell writes with the command's own
+// hostileValue holds shell syntax that must come out of the env file as
+// data: TestEnvFileValuesAreDataForTheShell writes it with the command's own
 // envFileText.
 const hostileValue = `t1;touch${IFS}PWNED;$(touch${IFS}PWNED)` + "`touch${IFS}PWNED`" + `'"\|&<>*~#!`
 
@@ -72,8 +69,9 @@ func TestEnvFileValuesAreDataForTheShell(t *testing.T) {
 	}
 }
 
-// The real acquire, with a hostile task ID and a data root with spaces and
-// quotes: every variable arrives intact and nothing runs.
+// The real acquire, with a data root and an env file path full of shell
+// syntax: every variable arrives intact and nothing runs. (A task ID with
+// shell syntax is refused: TestTaskIDWithShellSyntaxIsRefused.)
 func TestAcquireEnvFileWithHostileValues(t *testing.T) {
 	c := newCluster(t, s3test.StartVersity(t), 1)
 	work := t.TempDir()
@@ -85,7 +83,8 @@ func TestAcquireEnvFileWithHostileValues(t *testing.T) {
 	if err := os.Mkdir(filepath.Dir(envFile), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	tk := c.start(hostile, []string{"NODEID_DATA_ROOT=" + root, "NODEID_ENV_FILE=" + envFile}, "acquire")
+	const taskID = "arn:aws:ecs:eu-west-1:123456789012:task/my_cluster/0123abcd"
+	tk := c.start(taskID, []string{"NODEID_DATA_ROOT=" + root, "NODEID_ENV_FILE=" + envFile}, "acquire")
 	if code := tk.wait(t, 20*time.Second); code != 0 {
 		t.Fatalf("acquire exited %d:\n%s", code, tk.out.String())
 	}
@@ -96,7 +95,7 @@ func TestAcquireEnvFileWithHostileValues(t *testing.T) {
 	}
 	got := sourceEnvFile(t, envFile)
 	want := map[string]string{"NODE_ID": "0", "NODE_VERSION": "1", "NODE_CLUSTER_SIZE": "1", "NODE_PREVIOUS_GRACEFUL": "true",
-		"NODE_TASK_ID": hostile, "NODE_DATA_DIR": filepath.Join(root, "node-0", "v1"),
+		"NODE_TASK_ID": taskID, "NODE_DATA_DIR": filepath.Join(root, "node-0", "v1"),
 		"NODE_HANDOFF_FILE": filepath.Join(filepath.Dir(envFile), "nodeid-handoff.json")}
 	for k, v := range want {
 		if got[k] != v {
@@ -110,7 +109,7 @@ func TestAcquireEnvFileWithHostileValues(t *testing.T) {
 		t.Fatal("sourcing the env file ran a command")
 	}
 	// renew reads the hand-off beside the quoted env file's path.
-	sidecar := c.start(hostile, []string{"NODEID_ENV_FILE=" + envFile, "NODEID_TASK_ID="}, "renew")
+	sidecar := c.start(taskID, []string{"NODEID_ENV_FILE=" + envFile, "NODEID_TASK_ID="}, "renew")
 	time.Sleep(3 * time.Second) // longer than the 2s lease
 	if !sidecar.running() {
 		t.Fatalf("renew exited %d:\n%s", sidecar.code, sidecar.out.String())

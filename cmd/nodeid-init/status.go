@@ -22,7 +22,7 @@ import (
 // slotStatus is one row of `status`.
 type slotStatus struct {
 	NodeID       int       `json:"nodeId"`
-	State        string    `json:"state"` // held, expired, released, unusable, corrupt, missing
+	State        string    `json:"state"` // held, no-holder, unknown, expired, released, unusable, corrupt, missing
 	Version      int64     `json:"version"`
 	TaskID       string    `json:"taskId,omitempty"`
 	Address      string    `json:"address,omitempty"`  // only while held and live, as in `peers`
@@ -170,6 +170,11 @@ func readStatus(ctx context.Context, repo nodeid.Repository, size int, localLeas
 			row.State = "missing"
 		case err != nil:
 			return nil, 0, err
+		case rec.Lease.Held() && nodeid.ValidateTaskID(strings.TrimPrefix(rec.Lease.TaskID, "recreated-by:")) != nil:
+			// Not written by nodeid-init; peers and templates see it as
+			// corrupt, and it is not printed to a terminal as it is.
+			row.State, row.Error, row.LastModified = "corrupt", fmt.Sprintf("task id %q outside the allowed characters", rec.Lease.TaskID), rec.LastModified
+			row.Note = "not a lease nodeid-init writes: find who wrote it; peers and templates do not show it"
 		default:
 			l := rec.Lease
 			row.Version, row.TaskID, row.LastModified = int64(l.Instance.Version), l.TaskID, rec.LastModified
@@ -187,20 +192,20 @@ func readStatus(ctx context.Context, repo nodeid.Repository, size int, localLeas
 			case nodeid.ExpiredByServerClock(rec.LastModified, rec.ServerDate, lease):
 				row.State = "expired"
 				row.Note = "takeable now: its holder stopped renewing"
+			case rec.ServerDate.IsZero() || rec.LastModified.IsZero():
+				// Without S3's clock the holder cannot be judged live.
+				row.State = "unknown"
+				row.Note = "S3 sent no Date or Last-Modified: expiry cannot be judged"
+			case !rec.LiveHolder():
+				row.State = "no-holder"
+				row.Note = "no live holder (created by scale, recreated after a delete, fenced by a scale-down, or not renewed for its holder's lease duration): takeable when it expires"
+				row.setLeft(rec, lease)
 			default:
 				row.State = "held"
 				if nodeid.ValidateAddress(l.Address) == nil {
 					row.Address = l.Address
 				}
-				if !rec.ServerDate.IsZero() {
-					// Taken once S3's clock says expired: L + 1 s after the write.
-					left := rec.LastModified.Add(lease).Sub(rec.ServerDate)
-					left = max(left, 0)
-					row.TimeLeft, row.TimeLeftMs = left.Round(time.Second).String(), left.Milliseconds()
-				}
-				if strings.HasPrefix(l.TaskID, "recreated-by:") {
-					row.Note = "no holder (created by scale, or recreated after a delete): takeable when it expires"
-				}
+				row.setLeft(rec, lease)
 			}
 			if row.State != "unusable" && marker.ClusterSize > 0 && slot.ID >= marker.ClusterSize {
 				row.Note = strings.TrimPrefix(row.Note+"; ", "; ") + fmt.Sprintf("only tasks with NODEID_CLUSTER_SIZE >= %d take it", slot.ID+1)
@@ -219,6 +224,13 @@ func readStatus(ctx context.Context, repo nodeid.Repository, size int, localLeas
 	}
 	sort.SliceStable(rows, func(i, j int) bool { return rows[i].NodeID < rows[j].NodeID })
 	return rows, size, nil
+}
+
+// setLeft fills in how long until the lease may be taken, by S3's clock:
+// it is taken once Date - Last-Modified >= L + 1 s.
+func (r *slotStatus) setLeft(rec nodeid.Record, lease time.Duration) {
+	left := max(rec.LastModified.Add(lease).Sub(rec.ServerDate), 0)
+	r.TimeLeft, r.TimeLeftMs = left.Round(time.Second).String(), left.Milliseconds()
 }
 
 func printStatus(w io.Writer, rows []slotStatus, asJSON bool) error {

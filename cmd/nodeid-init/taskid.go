@@ -14,9 +14,10 @@ import (
 )
 
 // resolveTaskID returns this task's identity: NODEID_TASK_ID, else the ECS
-// task ARN from the container metadata endpoint, else the hostname plus a
-// random suffix (a restarted process is a new task: it must not mistake the
-// lease of its previous life for its own).
+// task ARN from the container metadata endpoint, else the hostname (any
+// character but letters, digits and dots replaced by '-') plus a random
+// suffix (a restarted process is a new task: it must not mistake the lease
+// of its previous life for its own).
 func resolveTaskID(ctx context.Context, s *settings, log *slog.Logger) (string, error) {
 	if s.taskID != "" {
 		return s.taskID, nil
@@ -35,10 +36,10 @@ func resolveTaskID(ctx context.Context, s *settings, log *slog.Logger) (string, 
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	id := strings.Map(func(r rune) rune {
-		if r <= ' ' || r > '~' {
-			return '-'
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' {
+			return r
 		}
-		return r
+		return '-' // not a hostname's character: never shell syntax either
 	}, host) + "-" + hex.EncodeToString(b[:])
 	return id, nodeid.ValidateTaskID(id)
 }

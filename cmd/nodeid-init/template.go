@@ -32,7 +32,9 @@ type templateData struct {
 	Peers       []nodeid.Peer
 }
 
-var templateFuncs = template.FuncMap{"host": addrHost, "port": addrPort}
+// shquote is shellQuote (acquire.go): one word for sh. printf "%q" is no
+// substitute: it gives double quotes, inside which sh still runs $(...).
+var templateFuncs = template.FuncMap{"host": addrHost, "port": addrPort, "shquote": shellQuote}
 
 // addrHost is the host of a host or host:port address, without brackets;
 // "" for "". It never fails, so a peer whose address is unknown renders as
