@@ -61,11 +61,11 @@ func (r brokenRules) left(deadline, now time.Time) time.Duration {
 	return r.safeRules.left(deadline, now)
 }
 
-func (r brokenRules) inherited(h Handoff, boot time.Duration) time.Duration {
+func (r brokenRules) inherited(h Handoff, boot, lease, margin time.Duration) time.Duration {
 	if r.on(bugAdoptStretches) {
-		return r.safeRules.inherited(h, boot) + r.lease
+		return r.safeRules.inherited(h, boot, lease, margin) + r.lease
 	}
-	return r.safeRules.inherited(h, boot)
+	return r.safeRules.inherited(h, boot, lease, margin)
 }
 
 func (r brokenRules) releasedFree(l Lease) (free, graceful bool) {

@@ -67,8 +67,9 @@
 // once with version + 1 and knows its predecessor stopped cleanly
 // (PreviousGracefullyShutdown: the data directory may be hard-linked).
 // Provider.HandOff stops renewing without releasing, for an init container;
-// Provider.Adopt continues that tenure in another process, inheriting its
-// deadline, never more.
+// Provider.Adopt continues that tenure in another process of the same host
+// and boot, inheriting its deadline, never more, and never more than L - m
+// from the send of the renewal that earned it.
 //
 // # Camunda 8.9
 //

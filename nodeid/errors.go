@@ -37,6 +37,11 @@ var (
 	// holds its lease: overwritten, deleted, marked unusable, or not renewed
 	// before its self-fence deadline.
 	ErrLeaseLost = errors.New("lease lost")
+	// ErrHandoffOtherBoot is returned by Adopt for a hand-off that records
+	// no boot ID or another one than this host's: its deadlines are
+	// readings of another CLOCK_BOOTTIME (another host, or before a
+	// reboot) and mean nothing here. It comes with ErrInvalidConfig.
+	ErrHandoffOtherBoot = errors.New("hand-off from another boot")
 	// ErrChanged is returned by ForceReleaseIfUnchanged and ScaleIfUnchanged
 	// when a lease object is no longer the one the caller checked (another
 	// ETag, or created since it was seen missing): nothing was written over

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/nodeid/nodeid/clock"
@@ -13,6 +15,21 @@ import (
 // systemBoottime is the host's CLOCK_BOOTTIME; the simulation replaces it
 // with its own true time, as it replaces every clock.
 var systemBoottime = clock.SystemBoottime
+
+// systemBootID reads this host's boot ID; tests replace it.
+var systemBootID = readBootID
+
+func readBootID() (string, error) {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return "", err
+	}
+	id := strings.TrimSpace(string(b))
+	if id == "" {
+		return "", errors.New("empty boot ID")
+	}
+	return id, nil
+}
 
 // Handoff carries a held lease from one process to another on the same host:
 // from an ECS init container that acquired it to the sidecar or the embedded
@@ -27,6 +44,13 @@ type Handoff struct {
 	PreviousGraceful     bool            `json:"previousGraceful"`
 	KnownVersions        VersionMappings `json:"knownVersionMappings"`
 	ValidUntilBoottimeNs int64           `json:"validUntilBoottimeNs"`
+	// RenewalSentBoottimeNs is when the write that earned that deadline
+	// was sent: the adopter never inherits more than L - m from it.
+	RenewalSentBoottimeNs int64 `json:"renewalSentBoottimeNs"`
+	// BootID is the host's boot ID when the hand-off was made: both
+	// readings above are of that boot's CLOCK_BOOTTIME. Adopt refuses a
+	// hand-off without one or with another.
+	BootID string `json:"bootId"`
 	// LeaseDurationMs is the acquirer's lease duration, which its writes
 	// record; the adopter must use the same.
 	LeaseDurationMs int64 `json:"leaseDurationMs,omitempty"`
@@ -62,11 +86,15 @@ func (p *Provider) HandOff(ctx context.Context) (Handoff, error) {
 	if !errors.Is(p.err, ErrClosed) {
 		return Handoff{}, p.err // lost before the renew loop stopped
 	}
+	bootID, _ := systemBootID() // without one, Adopt refuses the hand-off
 	// Read the host clock first: a pause between the two readings then
 	// shortens the inherited validity instead of stretching it.
 	boot := systemBoottime()
 	now := p.cfg.Clock.Now()
 	left := p.deadline.Sub(now)
+	// The deadline is validUntil of the write that earned it (ours, or an
+	// adopted one's, capped): its send time is L - m before it, or earlier.
+	sentAgo := p.cfg.LeaseDuration - p.cfg.SafetyMargin - left
 	if left <= 0 {
 		return Handoff{}, &LostError{Instance: p.instance, Reason: "self-fence deadline passed during the hand-off"}
 	}
@@ -80,6 +108,7 @@ func (p *Provider) HandOff(ctx context.Context) (Handoff, error) {
 		ValidUntilBoottimeNs: int64(boot + left),
 		LeaseDurationMs:      p.cfg.LeaseDuration.Milliseconds(),
 	}
+	h.RenewalSentBoottimeNs, h.BootID = int64(boot-sentAgo), bootID
 	for nonce, sent := range p.pending {
 		h.Pending = append(h.Pending, PendingWrite{Nonce: nonce, SentBoottimeNs: int64(boot - now.Sub(sent))})
 	}
@@ -107,11 +136,17 @@ func (p *Provider) Adopt(ctx context.Context, h Handoff) (NodeInstance, error) {
 	if h.ETag == "" || h.Instance.Version < 1 {
 		return NodeInstance{}, fmt.Errorf("%w: hand-off without an ETag or version", ErrInvalidConfig)
 	}
+	if err := checkHandoffBoot(h); err != nil {
+		return NodeInstance{}, err
+	}
 	// Read our clock first: a pause between the two readings then shortens
 	// the inherited validity instead of stretching it.
 	now := p.cfg.Clock.Now()
 	boot := systemBoottime()
-	left := p.rules.inherited(h, boot)
+	if err := checkHandoffSends(h, boot); err != nil {
+		return NodeInstance{}, err
+	}
+	left := p.rules.inherited(h, boot, p.cfg.LeaseDuration, p.cfg.SafetyMargin)
 	if left <= 0 {
 		return NodeInstance{}, &LostError{Instance: h.Instance, Reason: fmt.Sprintf("hand-off expired %v ago", (-left).Round(time.Millisecond))}
 	}
@@ -134,4 +169,39 @@ func (p *Provider) Adopt(ctx context.Context, h Handoff) (NodeInstance, error) {
 	p.tlog.Info("adopted node id")
 	p.emit(Event{Kind: EventAcquired, Instance: h.Instance, Deadline: deadline, Graceful: h.PreviousGraceful})
 	return h.Instance, nil
+}
+
+// checkHandoffBoot refuses a hand-off made on another boot: its deadlines
+// are readings of another CLOCK_BOOTTIME (another host, or this one before a
+// reboot), which may lie an hour ahead of ours. Without a boot ID to compare,
+// on either side, it is refused too.
+func checkHandoffBoot(h Handoff) error {
+	ours, err := systemBootID()
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w: %w: this host's boot ID cannot be read: %w", ErrInvalidConfig, ErrHandoffOtherBoot, err)
+	case h.BootID == "":
+		return fmt.Errorf("%w: %w: the hand-off records no boot ID", ErrInvalidConfig, ErrHandoffOtherBoot)
+	case h.BootID != ours:
+		return fmt.Errorf("%w: %w: made on boot %s, this is boot %s", ErrInvalidConfig, ErrHandoffOtherBoot, h.BootID, ours)
+	}
+	return nil
+}
+
+// checkHandoffSends refuses a hand-off whose send times no renewal of this
+// boot can have: none recorded, or later than boot (now).
+func checkHandoffSends(h Handoff, boot time.Duration) error {
+	if h.RenewalSentBoottimeNs <= 0 {
+		return fmt.Errorf("%w: hand-off without the send time of its last renewal", ErrInvalidConfig)
+	}
+	sends := []int64{h.RenewalSentBoottimeNs}
+	for _, w := range h.Pending {
+		sends = append(sends, w.SentBoottimeNs)
+	}
+	for _, s := range sends {
+		if time.Duration(s) > boot {
+			return fmt.Errorf("%w: hand-off with a renewal sent %v from now", ErrInvalidConfig, time.Duration(s)-boot)
+		}
+	}
+	return nil
 }

@@ -24,8 +24,9 @@ type rules interface {
 	// when left reaches 0.
 	left(deadline, now time.Time) time.Duration
 	// inherited is the validity an adopter takes over from a hand-off, as
-	// of boot (CLOCK_BOOTTIME): never more than the acquirer had.
-	inherited(h Handoff, boot time.Duration) time.Duration
+	// of boot (CLOCK_BOOTTIME): never more than the acquirer had, nor more
+	// than its last renewal earned (lease - margin from its send).
+	inherited(h Handoff, boot, lease, margin time.Duration) time.Duration
 
 	// releasedFree judges a lease its holder released (version >= 1, not
 	// legacy): free at once, graceful unless forced.
@@ -66,8 +67,9 @@ func (safeRules) validUntil(sent time.Time, lease, margin time.Duration) time.Ti
 
 func (safeRules) left(deadline, now time.Time) time.Duration { return deadline.Sub(now) }
 
-func (safeRules) inherited(h Handoff, boot time.Duration) time.Duration {
-	return time.Duration(h.ValidUntilBoottimeNs) - boot
+func (safeRules) inherited(h Handoff, boot, lease, margin time.Duration) time.Duration {
+	earned := time.Duration(h.RenewalSentBoottimeNs) + lease - margin
+	return min(time.Duration(h.ValidUntilBoottimeNs), earned) - boot
 }
 
 func (safeRules) releasedFree(l Lease) (free, graceful bool) { return true, !l.Forced }

@@ -710,6 +710,7 @@ func (w *simWorld) handOff(t *simTask, p *Provider, cfg Config, gap time.Duratio
 	// they are in production.
 	skew := t.clock.Now().Sub(handed) - (systemBoottime() - bootHanded)
 	h.ValidUntilBoottimeNs -= int64(skew)
+	h.RenewalSentBoottimeNs -= int64(skew)
 	for i := range h.Pending {
 		h.Pending[i].SentBoottimeNs -= int64(skew)
 	}
@@ -1167,6 +1168,8 @@ type simResult struct {
 func runSim(t *testing.T, p simParams, trace io.Writer) simResult {
 	var res simResult
 	defer func(f func() time.Duration) { systemBoottime = f }(systemBoottime)
+	defer func(f func() (string, error)) { systemBootID = f }(systemBootID)
+	systemBootID = func() (string, error) { return "sim-boot", nil } // one host
 	synctest.Test(t, func(t *testing.T) {
 		// Hand-offs carry deadlines on the host's boottime: true time here.
 		systemBoottime = func() time.Duration { return time.Duration(time.Now().UnixNano()) }
