@@ -263,7 +263,10 @@ func Prepare(ctx context.Context, root string, inst node.Instance, opts Options)
 	}
 	m := Marker{InitializedAt: time.Now().UTC(), Version: inst.Version, InitializedFrom: from}
 	markerStart = true
-	if err := writeMarker(dst, m); err != nil {
+	// The marker is written under another name (durably), and put in place
+	// only once the target passed the check below: a failed check then
+	// never leaves a marker to remove, which could fail too.
+	if err := writeMarkerAside(dst, m); err != nil {
 		return "", Result{}, fmt.Errorf("datadir: writing marker in %s: %w", dir, err)
 	}
 	if testHookAfterMarker != nil {
@@ -271,18 +274,21 @@ func Prepare(ctx context.Context, root string, inst node.Instance, opts Options)
 	}
 	// Another provider's GC (Camunda's) may have been deleting the target
 	// while it was flushed: a marker over a torn copy is the one thing it
-	// must never vouch for. The in-progress file is still there, so without
-	// the marker the directory is our leftover again.
+	// must never vouch for. The in-progress file is still there, so the
+	// directory stays our leftover.
 	if t != nil {
 		if err := t.recheck(); err != nil {
 			if !errors.Is(err, ErrValidation) {
-				err = fmt.Errorf("datadir: checking %s again after its marker: %w", dir, err)
+				err = fmt.Errorf("datadir: checking %s again before its marker: %w", dir, err)
 			}
-			if rerr := unmark(dst); rerr != nil {
-				return "", Result{}, fmt.Errorf("%w (removing the marker of %s failed too: %w)", err, dir, rerr)
+			if rerr := unlinkAt(dst, markerAsideName); rerr != nil {
+				log.Warn("cannot remove the unpublished marker (not a marker: the directory stays our leftover)", "dir", dir, "err", rerr)
 			}
 			return "", Result{}, err
 		}
+	}
+	if err := publishMarker(dst); err != nil {
+		return "", Result{}, fmt.Errorf("datadir: putting the marker of %s in place: %w", dir, err)
 	}
 	// Exactly one unlink of the in-progress file succeeds: ours, and the
 	// directory is valid; or that of a later tenure's cleanup, which judged
