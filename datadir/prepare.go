@@ -96,14 +96,15 @@ func Prepare(ctx context.Context, root string, inst node.Instance, opts Options)
 		defer nodeDir.Close()
 	}
 	var (
-		pre []string // removed before preparing
-		res Result
+		pre    []string // removed before preparing
+		mounts []string // left: mount points (see errMountPoint)
+		res    Result
 	)
 	if !claim {
 		// Space held by our unfinished directories below the target (an
 		// attempt that failed and could not clean up, a crash) could make
 		// this copy fail too: GC would only remove them after it succeeded.
-		pre, res.MountPoints = removeLeftoversBelow(nodeDir.f, nodePath, inst.Version, cfg.cluster, log)
+		pre, mounts = removeLeftoversBelow(nodeDir.f, nodePath, inst.Version, cfg.cluster, log)
 	}
 	if p.target.st == stateLeftover || p.target.st == stateEmpty || p.target.st == stateNoData {
 		log.Warn("removing leftovers of an interrupted preparation", "dir", dir)
@@ -227,8 +228,8 @@ func Prepare(ctx context.Context, root string, inst node.Instance, opts Options)
 			if cerr := clearTarget(dst); cerr != nil {
 				return "", Result{}, fmt.Errorf("datadir: emptying %s to copy again: %w (after %w)", dir, cerr, err)
 			}
-			freed, mounts := freeSpace(ctx, nodeDir.f, nodePath, src, cfg, log)
-			res.MountPoints += mounts
+			freed, m := freeSpace(ctx, nodeDir.f, nodePath, src, cfg, log)
+			mounts = append(mounts, m...)
 			if len(freed) == 0 {
 				return "", Result{}, err
 			}
@@ -312,8 +313,13 @@ func Prepare(ctx context.Context, root string, inst node.Instance, opts Options)
 		// the root (ErrForeignCluster) and stop us from claiming it.
 		log.Info("garbage collection skipped until the next preparation: this one claimed the data root", "root", root)
 	} else {
-		removed, mounts, err := collect(ctx, nodeDir.f, nodePath, inst.Version, cfg.keep, cfg.cluster, log)
-		res.MountPoints += mounts
+		removed, m, err := collect(ctx, nodeDir.f, nodePath, inst.Version, cfg.keep, cfg.cluster, log)
+		for _, d := range m {
+			if !slices.Contains(mounts, d) { // met before the copy too
+				mounts = append(mounts, d)
+			}
+		}
+		res.MountPoints = len(mounts)
 		// Newest first, as collect lists them.
 		res.Removed = append(pre, removed...)
 		slices.SortStableFunc(res.Removed, func(a, b string) int {
