@@ -15,14 +15,28 @@ import (
 // copies skip it (a crash between its link and its unlink leaves it).
 const markerAsideName = ".directory-initialized.json.nodeid-unpublished"
 
-// writeMarkerAside writes m as markerAsideName in dir (O_EXCL, fsynced,
-// directory fsynced).
-func writeMarkerAside(dir *os.File, m Marker) error {
+// writeMarkerAside writes m as markerAsideName in dir (O_EXCL|O_NOFOLLOW,
+// fsynced). The directory is fsynced once, by publishMarker: the name
+// aside need not survive a crash, its content must before it is linked.
+func writeMarkerAside(dir *os.File, m Marker) (err error) {
 	b, err := json.Marshal(m)
 	if err != nil {
 		return err
 	}
-	return createFile(dir, markerAsideName, b)
+	fd, err := unix.Openat(int(dir.Fd()), markerAsideName, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, uint32(markerMode))
+	if err != nil {
+		return &os.PathError{Op: "create", Path: path.Join(dir.Name(), markerAsideName), Err: err}
+	}
+	f := os.NewFile(uintptr(fd), path.Join(dir.Name(), markerAsideName))
+	defer func() {
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	if _, err := f.Write(b); err != nil {
+		return err
+	}
+	return syncFile(f)
 }
 
 // publishMarker makes the marker written aside the marker of dir:
