@@ -64,12 +64,12 @@ func Collect(ctx context.Context, root string, inst node.Instance, opts Options)
 }
 
 // collect implements Collect on an open node directory; nodePath is only for
-// messages. It also returns how many directories it left because another
-// file system is mounted in them (see errMountPoint).
-func collect(ctx context.Context, node *os.File, nodePath string, current node.Version, keep int, c Cluster, log *slog.Logger) (_ []string, mounts int, _ error) {
+// messages. It also returns the directories it left because another file
+// system is mounted in or on them (see errMountPoint).
+func collect(ctx context.Context, node *os.File, nodePath string, current node.Version, keep int, c Cluster, log *slog.Logger) (_ []string, mounts []string, _ error) {
 	vs, err := versionDirs(node)
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, err
 	}
 	var (
 		removed, notOurs []string
@@ -105,7 +105,7 @@ func collect(ctx context.Context, node *os.File, nodePath string, current node.V
 		e.close()
 		if errors.Is(err, errMountPoint) {
 			notOurs = append(notOurs, p)
-			mounts++
+			mounts = append(mounts, p)
 			log.Warn("not ours, left in place: a mount point", "dir", p, "err", err)
 			continue
 		}
@@ -215,11 +215,11 @@ func removeLeftover(node *os.File, e entry) error {
 // (our leftovers, empty ones, ones with only an in-progress file) below
 // version k, as GC would after the preparation: their tenure is over.
 // Errors are logged: what is left, GC tries again.
-func removeLeftoversBelow(node *os.File, nodePath string, k node.Version, c Cluster, log *slog.Logger) (removed []string, mounts int) {
+func removeLeftoversBelow(node *os.File, nodePath string, k node.Version, c Cluster, log *slog.Logger) (removed, mounts []string) {
 	vs, err := versionDirs(node)
 	if err != nil {
 		log.Warn("listing leftovers", "dir", nodePath, "err", err)
-		return nil, 0
+		return nil, nil
 	}
 	for _, v := range vs {
 		if v >= k {
@@ -233,7 +233,7 @@ func removeLeftoversBelow(node *os.File, nodePath string, k node.Version, c Clus
 		}
 		if e.st == stateLeftover || e.st == stateEmpty || e.st == stateNoData {
 			if err := removeUnfinished(node, e); errors.Is(err, errMountPoint) {
-				mounts++
+				mounts = append(mounts, filepath.Join(nodePath, name))
 				log.Warn("not ours, left in place: a mount point", "dir", filepath.Join(nodePath, name), "err", err)
 			} else if err != nil {
 				log.Warn("removing a leftover", "dir", filepath.Join(nodePath, name), "err", err)

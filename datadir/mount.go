@@ -44,11 +44,18 @@ func checkNotMount(dir *os.File, name string, parent mountID) error {
 }
 
 // checkVersionNotMount fails with errMountPoint if the version directory d
-// (open, in node) is a mount point.
+// (open, in node) is a mount point or, as far as the mount table says,
+// holds one: then nothing of it is removed.
 func checkVersionNotMount(node, d *os.File) error {
 	pm, err := mountOf(int(node.Fd()), "")
 	if err != nil {
 		return err
 	}
-	return checkNotMount(d, "", pm)
+	if err := checkNotMount(d, "", pm); err != nil {
+		return err
+	}
+	if mountsBelow(d) {
+		return fmt.Errorf("%s holds a mount point: %w", d.Name(), errMountPoint)
+	}
+	return nil
 }

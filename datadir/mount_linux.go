@@ -2,6 +2,8 @@ package datadir
 
 import (
 	"os"
+	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -27,4 +29,54 @@ func mountOf(dirfd int, name string) (mountID, error) {
 		m.root = sx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0
 	}
 	return m, nil
+}
+
+// mountTable is the mount table mountsBelow reads; tests set another.
+var mountTable = "/proc/self/mountinfo"
+
+// mountsBelow reports whether something is mounted at or below the
+// directory d, from /proc/self/mountinfo, so that a version holding a
+// mount is left whole rather than emptied up to it. Without /proc it
+// reports false: the statx check of each directory still stops the
+// removal at the mount.
+func mountsBelow(d *os.File) bool {
+	p, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(int(d.Fd())))
+	if err != nil || !strings.HasPrefix(p, "/") {
+		return false
+	}
+	b, err := os.ReadFile(mountTable)
+	if err != nil {
+		return false
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		mp := unescapeMountinfo(f[4])
+		if mp == p || strings.HasPrefix(mp, p+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// unescapeMountinfo undoes the octal escapes (\040 for a space, ...) of a
+// path in /proc/self/mountinfo.
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var out []byte
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				out = append(out, byte(n))
+				i += 3
+				continue
+			}
+		}
+		out = append(out, s[i])
+	}
+	return string(out)
 }

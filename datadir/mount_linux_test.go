@@ -41,8 +41,23 @@ func mountIn(t *testing.T, dir, src string, files map[string]string) {
 // leave every file on it (and its directories' modes) as they were, write
 // nothing into it, and count it.
 func TestGCDoesNotCrossMountPoints(t *testing.T) {
-	for _, viaCollect := range []bool{false, true} {
-		t.Run(map[bool]string{false: "Prepare", true: "Collect"}[viaCollect], func(t *testing.T) {
+	for _, tc := range []struct {
+		name                 string
+		viaCollect, noMounts bool
+	}{
+		{"Prepare", false, false},
+		{"Collect", true, false},
+		// Without the mount table only the statx of each directory
+		// guards: the removal of v0 and v1 stops at their mounts.
+		{"Prepare without mountinfo", false, true},
+	} {
+		viaCollect := tc.viaCollect
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.noMounts {
+				old := mountTable
+				mountTable = "/nonexistent"
+				t.Cleanup(func() { mountTable = old })
+			}
 			root := t.TempDir()
 			onMount := map[string]string{"keep-me": "foreign", "sub/deep": "foreign too"}
 			// v0: our leftover, a tmpfs at v0/cache (removed before the copy).
@@ -95,6 +110,15 @@ func TestGCDoesNotCrossMountPoints(t *testing.T) {
 				t.Errorf("v2/sub: %v", err)
 			} else if fi.Mode().Perm() != 0o500 {
 				t.Errorf("v2/sub: mode %v, want 0500 unchanged", fi.Mode().Perm())
+			}
+			// A version holding a mount is left whole, as it was.
+			for _, f := range []string{filepath.Join(v0, "a"), filepath.Join(v0, PreparingName), filepath.Join(v1, "a"), filepath.Join(v1, MarkerName)} {
+				if !tc.noMounts && !exists(t, f) {
+					t.Errorf("%s was removed from a version holding a mount point", f)
+				}
+			}
+			if exists(t, filepath.Join(v1, PreparingName)) {
+				t.Errorf("%s written into v1, which holds a mount point", PreparingName)
 			}
 			if got := versionsOf(t, root, 0); !slices.Contains(got, "v2") || !slices.Contains(got, "v1") {
 				t.Errorf("versions %v: the mount points v1 and v2 must stay", got)

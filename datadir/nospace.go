@@ -20,9 +20,9 @@ func noSpace(err error) bool {
 // below source beyond Keep (the new version and source count), and our
 // unfinished directories below source. It never touches source or
 // anything above it, nor what is not positively ours (see collect). It
-// returns the directories removed and the mount points left (errors are
+// returns the directories removed and those left as mount points (errors are
 // logged: a copy that still finds no space fails as before).
-func freeSpace(ctx context.Context, node *os.File, nodePath string, source node.Version, cfg *config, log *slog.Logger) ([]string, int) {
+func freeSpace(ctx context.Context, node *os.File, nodePath string, source node.Version, cfg *config, log *slog.Logger) (removed, mounts []string) {
 	// Counting from source (valid, kept as the newest below it), the new
 	// version takes one place of Keep.
 	removed, mounts, err := collect(ctx, node, nodePath, source, cfg.keep-1, cfg.cluster, log)

@@ -96,14 +96,15 @@ func Prepare(ctx context.Context, root string, inst node.Instance, opts Options)
 		defer nodeDir.Close()
 	}
 	var (
-		pre []string // removed before preparing
-		res Result
+		pre    []string // removed before preparing
+		mounts []string // left: mount points (see errMountPoint)
+		res    Result
 	)
 	if !claim {
 		// Space held by our unfinished directories below the target (an
 		// attempt that failed and could not clean up, a crash) could make
 		// this copy fail too: GC would only remove them after it succeeded.
-		pre, res.MountPoints = removeLeftoversBelow(nodeDir.f, nodePath, inst.Version, cfg.cluster, log)
+		pre, mounts = removeLeftoversBelow(nodeDir.f, nodePath, inst.Version, cfg.cluster, log)
 	}
 	if p.target.st == stateLeftover || p.target.st == stateEmpty || p.target.st == stateNoData {
 		log.Warn("removing leftovers of an interrupted preparation", "dir", dir)
@@ -227,8 +228,8 @@ func Prepare(ctx context.Context, root string, inst node.Instance, opts Options)
 			if cerr := clearTarget(dst); cerr != nil {
 				return "", Result{}, fmt.Errorf("datadir: emptying %s to copy again: %w (after %w)", dir, cerr, err)
 			}
-			freed, mounts := freeSpace(ctx, nodeDir.f, nodePath, src, cfg, log)
-			res.MountPoints += mounts
+			freed, m := freeSpace(ctx, nodeDir.f, nodePath, src, cfg, log)
+			mounts = append(mounts, m...)
 			if len(freed) == 0 {
 				return "", Result{}, err
 			}
@@ -263,7 +264,10 @@ func Prepare(ctx context.Context, root string, inst node.Instance, opts Options)
 	}
 	m := Marker{InitializedAt: time.Now().UTC(), Version: inst.Version, InitializedFrom: from}
 	markerStart = true
-	if err := writeMarker(dst, m); err != nil {
+	// The marker is written under another name (durably), and put in place
+	// only once the target passed the check below: a failed check then
+	// never leaves a marker to remove, which could fail too.
+	if err := writeMarkerAside(dst, m); err != nil {
 		return "", Result{}, fmt.Errorf("datadir: writing marker in %s: %w", dir, err)
 	}
 	if testHookAfterMarker != nil {
@@ -271,18 +275,21 @@ func Prepare(ctx context.Context, root string, inst node.Instance, opts Options)
 	}
 	// Another provider's GC (Camunda's) may have been deleting the target
 	// while it was flushed: a marker over a torn copy is the one thing it
-	// must never vouch for. The in-progress file is still there, so without
-	// the marker the directory is our leftover again.
+	// must never vouch for. The in-progress file is still there, so the
+	// directory stays our leftover.
 	if t != nil {
 		if err := t.recheck(); err != nil {
 			if !errors.Is(err, ErrValidation) {
-				err = fmt.Errorf("datadir: checking %s again after its marker: %w", dir, err)
+				err = fmt.Errorf("datadir: checking %s again before its marker: %w", dir, err)
 			}
-			if rerr := unmark(dst); rerr != nil {
-				return "", Result{}, fmt.Errorf("%w (removing the marker of %s failed too: %w)", err, dir, rerr)
+			if rerr := unlinkAt(dst, markerAsideName); rerr != nil {
+				log.Warn("cannot remove the unpublished marker (not a marker: the directory stays our leftover)", "dir", dir, "err", rerr)
 			}
 			return "", Result{}, err
 		}
+	}
+	if err := publishMarker(dst); err != nil {
+		return "", Result{}, fmt.Errorf("datadir: putting the marker of %s in place: %w", dir, err)
 	}
 	// Exactly one unlink of the in-progress file succeeds: ours, and the
 	// directory is valid; or that of a later tenure's cleanup, which judged
@@ -306,8 +313,13 @@ func Prepare(ctx context.Context, root string, inst node.Instance, opts Options)
 		// the root (ErrForeignCluster) and stop us from claiming it.
 		log.Info("garbage collection skipped until the next preparation: this one claimed the data root", "root", root)
 	} else {
-		removed, mounts, err := collect(ctx, nodeDir.f, nodePath, inst.Version, cfg.keep, cfg.cluster, log)
-		res.MountPoints += mounts
+		removed, m, err := collect(ctx, nodeDir.f, nodePath, inst.Version, cfg.keep, cfg.cluster, log)
+		for _, d := range m {
+			if !slices.Contains(mounts, d) { // met before the copy too
+				mounts = append(mounts, d)
+			}
+		}
+		res.MountPoints = len(mounts)
 		// Newest first, as collect lists them.
 		res.Removed = append(pre, removed...)
 		slices.SortStableFunc(res.Removed, func(a, b string) int {

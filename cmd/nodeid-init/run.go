@@ -203,7 +203,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	defer runtime.UnlockOSThread()
 	child := exec.Command(bin, rest[1:]...)
 	child.Args[0] = rest[0]
-	child.Env = append(append(os.Environ(), sess.nodeEnv(inst, dataDir)...), "NODE_PEERS="+nodePeersEnv(peers), "NODE_PEERS_FILE="+s.peersFile)
+	child.Env = append(append(inheritedEnv(dataDir), sess.nodeEnv(inst, dataDir)...), "NODE_PEERS="+nodePeersEnv(peers), "NODE_PEERS_FILE="+s.peersFile)
 	child.Stdin, child.Stdout, child.Stderr = os.Stdin, stdout, stderr
 	child.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 

@@ -307,7 +307,7 @@ func syncData(dir string) error {
 	if dir == "" {
 		return nil
 	}
-	f, err := os.Open(dir)
+	f, err := openDataDir(dir)
 	if err != nil {
 		return err
 	}
