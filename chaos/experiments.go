@@ -70,4 +70,12 @@ var registry = []*Experiment{
 		Expects: "No takeover while the holders live (no decision reads a wall clock); after the kill the spare takes that ID with version K+1 as after any crash.",
 		run:     runClockSkew,
 	},
+	{
+		Number: 10, Name: "log-driver-blocks", Short: true, Size: 1, Timing: ShortTiming, Timeout: 60 * time.Second,
+		Does: "Gives node 0's supervisor a stderr nobody reads, filled up, as a log driver in blocking mode that cannot ship " +
+			"(awslogs' default), then overwrites its lease from outside right after a renewal.",
+		Expects: "The broker is dead within R + 1 s of the overwrite although every log write of the supervisor would block; " +
+			"the supervisor exits 3; the spare takes node 0 with version K+1, copying vK.",
+		run: runLogDriverBlocks,
+	},
 }

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"os"
 	"sync/atomic"
+	"syscall"
+	"time"
 
 	"github.com/nodeid/nodeid/nodeid"
 )
@@ -16,11 +19,34 @@ type fence struct {
 	fenced atomic.Bool  // the lease was lost
 }
 
-// kill is OnFence: mark the loss, then kill whatever runs.
+// kill is OnFence: mark the loss, then kill whatever runs and wait, at
+// most groupExitTimeout, until it is dead. Only then may the loss be logged.
 func (f *fence) kill(*nodeid.LostError) {
 	f.fenced.Store(true)
 	if pg := int(f.pgid.Load()); pg > 0 {
 		killTree(pg)
+		awaitTreeDead(pg, groupExitTimeout)
+	}
+}
+
+// awaitTreeDead polls /proc, killing again what it finds, until no process
+// of the command is alive (a zombie is dead: it writes nothing) or timeout
+// has passed. It neither reaps (run does, in its stop sequence) nor logs.
+func awaitTreeDead(pgid int, timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	for pause := time.Millisecond; ; pause = min(2*pause, 20*time.Millisecond) {
+		procs, err := readProcs()
+		if err != nil {
+			return // the stop sequence reports it
+		}
+		left := leftovers(procs, os.Getpid(), pgid)
+		if len(left) == 0 || time.Now().After(deadline) {
+			return
+		}
+		for _, p := range left {
+			_ = syscall.Kill(p.pid, syscall.SIGKILL)
+		}
+		time.Sleep(pause)
 	}
 }
 
