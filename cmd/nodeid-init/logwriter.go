@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"sync"
 	"sync/atomic"
@@ -80,6 +81,21 @@ func (lw *logWriter) Close(timeout time.Duration) bool {
 		return true
 	case <-time.After(timeout):
 		return false
+	}
+}
+
+// writeBounded writes the final error line, waiting at most
+// logFlushTimeout: a stderr nobody reads must not keep nodeid-init from
+// exiting (ECS replaces the task only once it has).
+func writeBounded(w io.Writer, line string) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fmt.Fprintln(w, line)
+	}()
+	select {
+	case <-done:
+	case <-time.After(logFlushTimeout):
 	}
 }
 
