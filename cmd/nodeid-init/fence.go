@@ -64,6 +64,3 @@ func (f *fence) started(pid int) {
 // stopped forgets the pgid once every process of the command is dead and
 // reaped: the pid may be reused.
 func (f *fence) stopped() { f.pgid.Store(0) }
-
-// lost reports whether the fence has fired.
-func (f *fence) lost() bool { return f.fenced.Load() }
