@@ -141,3 +141,29 @@ func TestClosedStderrDoesNotKillTheSupervisor(t *testing.T) {
 		t.Error("lease not released")
 	}
 }
+
+// A waiting spare (no command yet) is not killed by the signals that are
+// forwarded once the command runs: they are dropped until then.
+func TestPassSignalsDoNotKillAWaitingSpare(t *testing.T) {
+	c := newCluster(t, s3test.StartVersity(t), 1)
+	holder := c.runTask("holder")
+	holder.identity(t, 20*time.Second)
+	spare := c.runTask("spare")
+	waitFor(t, 10*time.Second, "the spare to wait", func() bool { return strings.Contains(spare.out.String(), "waiting") })
+	for _, sig := range []syscall.Signal{syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH} {
+		if err := spare.cmd.Process.Signal(sig); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond)
+		if !spare.running() {
+			t.Fatalf("the waiting spare died of %v (exit %d)", sig, spare.code)
+		}
+	}
+	_ = spare.cmd.Process.Signal(syscall.SIGTERM)
+	if code := spare.wait(t, 15*time.Second); code != 0 {
+		t.Fatalf("spare exit %d after SIGTERM, want 0", code)
+	}
+	if !holder.running() {
+		t.Fatal("the holder stopped")
+	}
+}
