@@ -61,33 +61,34 @@ func TestOnFenceRunsBeforeABlockedLogger(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := s3test.NewFake(t)
-			proxy := startProxy(t, srv)
-			w := &blockingWriter{release: make(chan struct{})}
-			lost := newLossRecorder()
-			cfg := fastConfig(t, "holder", 1, lost)
-			cfg.Logger = slog.New(slog.NewTextHandler(w, nil))
-			fenced := make(chan *nodeid.LostError, 1)
-			cfg.OnFence = func(err *nodeid.LostError) { fenced <- err }
-			p := newProvider(t, newRepo(t, srv, proxy.URL), cfg)
-			inst := acquire(t, p, 10*time.Second)
-			t.Cleanup(func() { close(w.release); proxy.Pass() }) // before the provider's Close
-			w.arm()
-			tc.fault(t, srv, proxy, testPrefix+nodeid.LeaseKey("", inst.ID), inst)
-			select {
-			case err := <-fenced:
-				if err.Instance != inst {
-					t.Errorf("fenced %v, want %v", err.Instance, inst)
+			forEachServer(t, func(t *testing.T, srv *s3test.Server) {
+				proxy := startProxy(t, srv)
+				w := &blockingWriter{release: make(chan struct{})}
+				lost := newLossRecorder()
+				cfg := fastConfig(t, "holder", 1, lost)
+				cfg.Logger = slog.New(slog.NewTextHandler(w, nil))
+				fenced := make(chan *nodeid.LostError, 1)
+				cfg.OnFence = func(err *nodeid.LostError) { fenced <- err }
+				p := newProvider(t, newRepo(t, srv, proxy.URL), cfg)
+				inst := acquire(t, p, 10*time.Second)
+				t.Cleanup(func() { close(w.release); proxy.Pass() }) // before the provider's Close
+				w.arm()
+				tc.fault(t, srv, proxy, testPrefix+nodeid.LeaseKey("", inst.ID), inst)
+				select {
+				case err := <-fenced:
+					if err.Instance != inst {
+						t.Errorf("fenced %v, want %v", err.Instance, inst)
+					}
+				case <-time.After(3 * time.Second):
+					t.Fatal("OnFence not called within 3s of the fault while the logger blocks")
 				}
-			case <-time.After(3 * time.Second):
-				t.Fatal("OnFence not called within 3s of the fault while the logger blocks")
-			}
-			if p.Valid() {
-				t.Error("Valid after OnFence")
-			}
-			if n := lost.count(); n != 0 {
-				t.Errorf("OnLost ran %d times while the logger still blocks: it must come after the log line", n)
-			}
+				if p.Valid() {
+					t.Error("Valid after OnFence")
+				}
+				if n := lost.count(); n != 0 {
+					t.Errorf("OnLost ran %d times while the logger still blocks: it must come after the log line", n)
+				}
+			})
 		})
 	}
 }

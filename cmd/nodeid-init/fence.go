@@ -19,13 +19,18 @@ type fence struct {
 	fenced atomic.Bool  // the lease was lost
 }
 
+// fenceWait bounds the fence's wait for the killed tree to die. Death by
+// SIGKILL takes milliseconds; a process stuck in the kernel longer is the
+// stop sequence's to report (it waits groupExitTimeout more).
+const fenceWait = time.Second
+
 // kill is OnFence: mark the loss, then kill whatever runs and wait, at
-// most groupExitTimeout, until it is dead. Only then may the loss be logged.
+// most fenceWait, until it is dead. Only then may the loss be logged.
 func (f *fence) kill(*nodeid.LostError) {
 	f.fenced.Store(true)
 	if pg := int(f.pgid.Load()); pg > 0 {
 		killTree(pg)
-		awaitTreeDead(pg, groupExitTimeout)
+		awaitTreeDead(pg, fenceWait)
 	}
 }
 
