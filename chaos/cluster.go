@@ -106,7 +106,11 @@ type Task struct {
 
 // Start starts a task named name (also its task ID); env entries override
 // the defaults.
-func (c *Cluster) Start(name string, env ...string) (*Task, error) {
+func (c *Cluster) Start(name string, env ...string) (*Task, error) { return c.start(name, nil, env...) }
+
+// start is Start; with stderr set, the supervisor's stdout and stderr go
+// there instead of its log file (which then stays empty).
+func (c *Cluster) start(name string, stderr *os.File, env ...string) (*Task, error) {
 	p, err := faultproxy.Start(c.gw.URL)
 	if err != nil {
 		return nil, err
@@ -141,6 +145,9 @@ func (c *Cluster) Start(name string, env ...string) (*Task, error) {
 		"CHAOS_MAX_RUN=3m",
 	}, env...)
 	t.Cmd.Stdout, t.Cmd.Stderr = out, out
+	if stderr != nil {
+		t.Cmd.Stdout, t.Cmd.Stderr = stderr, stderr
+	}
 	// Its own process group, so an experiment can stop the supervisor
 	// without stopping us; Pdeathsig so it dies if the harness is killed.
 	t.Cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}

@@ -71,6 +71,14 @@ var registry = []*Experiment{
 		run:     runClockSkew,
 	},
 	{
+		Number: 10, Name: "log-driver-blocks", Short: true, Size: 1, Timing: ShortTiming, Timeout: 60 * time.Second,
+		Does: "Gives node 0's supervisor a stderr nobody reads, filled up, as a log driver in blocking mode that cannot ship " +
+			"(awslogs' default), then overwrites its lease from outside right after a renewal.",
+		Expects: "The broker is dead within R + 1 s of the overwrite although every log write of the supervisor would block; " +
+			"the supervisor exits 3; the spare takes node 0 with version K+1, copying vK.",
+		run: runLogDriverBlocks,
+	},
+	{
 		Number: 11, Name: "fs-hang", Size: 1, Timing: ShortTiming, Timeout: 90 * time.Second,
 		Does: "Serves the data root through a FUSE file system (efsfs), makes every operation on it hang, and SIGTERMs node 0's holder: " +
 			"its stop sequence's syncfs never returns. The spare then takes the expired lease and its preparation hangs too. Then the file system answers again.",

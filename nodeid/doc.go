@@ -45,8 +45,9 @@
 // at any time after s), on the monotonic clock: it may act as holder until
 // s + L - m. A watchdog timer, not a network call, ends the tenure at that
 // deadline when no later renewal succeeded, even while an S3 call hangs:
-// Done is closed, Valid turns false, and OnLost runs (by default: exit with
-// ExitCodeLeaseLost). A candidate's judgement proves that deadline passed
+// Done is closed, Valid turns false, OnFence runs (kill what uses the ID:
+// before the loss is logged, so a stalled log cannot delay it), and then
+// OnLost (by default: exit with ExitCodeLeaseLost). A candidate's judgement proves that deadline passed
 // before its take can land, so the two tenures never overlap.
 //
 // # Timing rules

@@ -48,12 +48,13 @@ func cmdAcquire(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := checkDistinctOutputs(outputFile{"env file", s.envFile}, outputFile{"hand-off file", s.handoffFile}, outputFile{"lease file", s.leaseFile}); err != nil {
 		return err
 	}
-	ctx, stop := signalContext(ctx)
+	ctx, stop := stopContext(ctx)
 	defer stop()
 	sess, err := newSession(ctx, s, stderr)
 	if err != nil {
 		return err
 	}
+	defer sess.logw.Close(logFlushTimeout)
 	sess.leaseFile = s.leaseFile
 	defer sess.stopWaiting()
 	p := sess.provider

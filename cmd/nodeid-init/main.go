@@ -149,7 +149,7 @@ func realMain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 func printError(w io.Writer, asJSON bool, cmd, msg string, code int) {
 	text := fmt.Sprintf("nodeid-init %s: %s", cmd, msg)
 	if !asJSON {
-		fmt.Fprintln(w, text)
+		writeBounded(w, text)
 		return
 	}
 	b, _ := json.Marshal(struct {
@@ -158,7 +158,7 @@ func printError(w io.Writer, asJSON bool, cmd, msg string, code int) {
 		Msg      string `json:"msg"`
 		ExitCode int    `json:"exit_code"`
 	}{time.Now().Format(time.RFC3339Nano), "ERROR", text, code})
-	fmt.Fprintln(w, string(b))
+	writeBounded(w, string(b))
 }
 
 // exitCode maps an error to the documented exit codes.

@@ -54,12 +54,14 @@ func cmdRenew(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 
 	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	signal.Notify(sigs, stopSignals...)
+	defer signal.Stop(notifyPassSignals()) // taken and dropped: they must not kill the sidecar
 	defer signal.Stop(sigs)
 	sess, err := newSession(ctx, s, stderr)
 	if err != nil {
 		return err
 	}
+	defer sess.logw.Close(logFlushTimeout)
 	sess.leaseFile = s.leaseFile
 	p := sess.provider
 	inst, err := p.Adopt(ctx, h)

@@ -73,8 +73,10 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	// Signals: before the child runs they cancel acquisition; afterwards
 	// they are forwarded to it.
 	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	signal.Notify(sigs, stopSignals...)
 	defer signal.Stop(sigs)
+	passed := notifyPassSignals() // signals.go
+	defer signal.Stop(passed)
 	ctx, cancel := context.WithCancel(ctx) // the metrics server's lifetime
 	defer cancel()
 	acqCtx, cancelAcq := context.WithCancel(ctx)
@@ -84,6 +86,8 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
+	defer sess.logw.Close(logFlushTimeout)
+	go sess.relaySignals(ctx, passed)
 	if defaultLease {
 		path, cleanup, err := claimDefaultLeaseFile(sess.log)
 		if err != nil {
@@ -227,6 +231,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return &nodeid.LostError{Instance: inst, Reason: "self-fence deadline passed before the command started"}
 	}
 	err = child.Start()
+	if err == nil {
+		sess.fence.started(child.Process.Pid) // first: a loss from now on kills it
+	}
 	close(started)
 	if err != nil {
 		release()
@@ -257,6 +264,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			}
 		}
 		if err == nil {
+			sess.fence.stopped()
 			tlog.Info("processes of the command gone", "killed", n, "took", time.Since(start).Round(time.Millisecond))
 		}
 		return err

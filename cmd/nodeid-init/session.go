@@ -23,6 +23,8 @@ type session struct {
 	provider  *nodeid.Provider
 	metrics   *metrics
 	leaseFile string
+	logw      *logWriter // the log's stderr: never blocks (logwriter.go)
+	fence     fence      // kills the command's tree first on a loss (fence.go)
 
 	// dataRefused is set when the data root refused this lease's version
 	// (see dataRefusal): the lease must then expire, not be released.
@@ -57,7 +59,7 @@ var dataOptions = []string{"data-root", "keep-versions", "data-workers", "immuta
 
 // newSession validates what is left to validate, then connects: nothing
 // is written to S3 or the data root before this returns.
-func newSession(ctx context.Context, s *settings, stderr io.Writer) (*session, error) {
+func newSession(ctx context.Context, s *settings, stderr io.Writer) (_ *session, err error) {
 	if err := s.requireBucket(); err != nil {
 		return nil, err
 	}
@@ -67,12 +69,19 @@ func newSession(ctx context.Context, s *settings, stderr io.Writer) (*session, e
 	if err := s.checkDataRoot(); err != nil {
 		return nil, err
 	}
-	log := s.logger(stderr)
+	lw := newLogWriter(stderr)
+	defer func() {
+		if err != nil {
+			lw.Close(logFlushTimeout) // before the final error line
+		}
+	}()
+	log := s.logger(lw)
 	cfg, err := s.providerConfig(log)
 	if err != nil {
 		return nil, err
 	}
-	sess := &session{s: s, cfg: cfg, log: log, metrics: newMetrics(), lost: make(chan error, 1)}
+	sess := &session{s: s, cfg: cfg, log: log, logw: lw, metrics: newMetrics(), lost: make(chan error, 1)}
+	registerLogDrops(sess.metrics.reg, lw)
 	sess.metrics.clusterSize.Set(float64(cfg.ClusterSize))
 	if s.metricsAddr != "" {
 		if err := serveHealth(ctx, s.metricsAddr, sess.metrics, sess.currentProvider, sess.leaseFileOK, log); err != nil {
@@ -104,6 +113,7 @@ func newSession(ctx context.Context, s *settings, stderr io.Writer) (*session, e
 			cfg.Clock = c
 		}
 	}
+	cfg.OnFence = sess.fence.kill
 	cfg.OnLost = sess.handleLost
 	cfg.OnEvent = sess.handleEvent
 	p, err := nodeid.NewProvider(sess.repo, cfg)
@@ -130,6 +140,7 @@ func (sess *session) whenLost(f func(error)) {
 }
 
 func (sess *session) handleLost(err error) {
+	sess.fence.kill(nil) // first, and without sess.mu: see fence.go
 	sess.mu.Lock()
 	actions := append([]func(error){}, sess.onLost...)
 	sess.mu.Unlock()
