@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nodeid/nodeid/internal/efsfs"
 )
 
 // Issue 24: a copy as faithful as cp -a, and as current as validation can
@@ -366,5 +368,47 @@ func TestTimesAndOwnersAreSetByDescriptor(t *testing.T) {
 		if err := syscall.Lstat(filepath.Join(dir, "link"), &st); err != nil || st.Uid != 65534 {
 			t.Errorf("symlink owner %d, want 65534 (%v)", st.Uid, err)
 		}
+	}
+}
+
+// As above, on the EFS-like mount, where the stale holder writes through
+// another client (here: the file system behind the FUSE mount, past the
+// kernel's attribute cache, kept for a minute as an NFS client may keep
+// it). Validation must see the write (issue 24.2). (Here the listing of
+// validation, READDIRPLUS, renews the attributes anyway; validation also
+// asks the file system with statx AT_STATX_FORCE_SYNC, for clients that
+// list without them.)
+func TestCopiedFileWrittenByAnotherClientFailsValidationOnEFS(t *testing.T) {
+	efs := efsfs.MountT(t, efsfs.Profile{Cache: time.Minute})
+	root := efs.Dir
+	rel := "raft-partition/partitions/1/journal-1.log"
+	makeVersion(t, root, 0, 4, map[string]string{rel: "preallocated segment", "other": "x"}, 4)
+	backing := filepath.Join(efs.Backing, "node-0", "v4", rel)
+	hooked := false
+	setHook(t, &testHookBeforeValidate, func(string) {
+		hooked = true
+		// The client's cache is current (reading the file for the copy
+		// invalidated its atime; a stat renews it) ...
+		if _, err := os.Stat(filepath.Join(root, "node-0", "v4", rel)); err != nil {
+			t.Error(err)
+		}
+		// ... when another client writes.
+		time.Sleep(20 * time.Millisecond) // past the time stamp granularity
+		f, err := os.OpenFile(backing, os.O_WRONLY, 0)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if _, err := f.WriteAt([]byte("STALE!!!"), 0); err != nil {
+			t.Error(err)
+		}
+		f.Close()
+	})
+	_, _, err := Prepare(context.Background(), root, inst(0, 5), Options{Logger: quiet})
+	if !hooked {
+		t.Fatal("hook never ran")
+	}
+	if !errors.Is(err, ErrValidation) {
+		t.Fatalf("err = %v, want ErrValidation: the source %q was written after its copy", err, mustRead(t, backing))
 	}
 }
