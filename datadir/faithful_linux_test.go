@@ -178,7 +178,8 @@ func TestOwnersAreKeptWhenCopyingAsRoot(t *testing.T) {
 }
 
 // brokerUsesItsDirectories is the broker's part, as uid 65534: it reads
-// every file of v2 and v3 and creates a file in every directory.
+// every file of v2 and v3, the markers included (Camunda's provider, run
+// as the broker's user, reads them), and creates a file in every directory.
 func brokerUsesItsDirectories(t *testing.T, root string) {
 	for _, v := range []string{Dir(root, inst(0, 2)), Dir(root, inst(0, 3))} {
 		filepath.WalkDir(v, func(p string, d fs.DirEntry, err error) error {
@@ -189,7 +190,7 @@ func brokerUsesItsDirectories(t *testing.T, root string) {
 				if err := os.WriteFile(filepath.Join(p, "broker-"+fmt.Sprint(time.Now().UnixNano())), nil, 0o600); err != nil {
 					t.Errorf("as uid %d: %v", os.Getuid(), err)
 				}
-			case d.Type().IsRegular() && d.Name() != MarkerName:
+			case d.Type().IsRegular():
 				if _, err := os.ReadFile(p); err != nil {
 					t.Errorf("as uid %d: %v", os.Getuid(), err)
 				}
