@@ -164,3 +164,22 @@ func (t *tree) finishSymlink(dst *os.File, name, rel, target string, st *unix.St
 	}
 	return nil
 }
+
+// statSource stats the source entry e of dirfd for validation, without
+// following a symlink. After an ungraceful takeover a regular file's
+// attributes are asked of the file system itself first (statx
+// AT_STATX_FORCE_SYNC, which refreshes the kernel's copy that fstatat then
+// reads): an NFS client caches them for seconds (up to a minute for a file
+// that looked unchanged), and a stale holder on another machine writes
+// through its own client, so a cached stamp could hide its write. Local
+// file systems ignore the flag. After a graceful release nobody writes the
+// source, and the cache is used.
+func (t *tree) statSource(dirfd int, name string, e dirEntry, st *unix.Stat_t) error {
+	if !t.cfg.graceful && e.Type().IsRegular() {
+		var sx unix.Statx_t
+		if err := unix.Statx(dirfd, name, unix.AT_SYMLINK_NOFOLLOW|unix.AT_STATX_FORCE_SYNC, unix.STATX_BASIC_STATS, &sx); err != nil {
+			return &os.PathError{Op: "statx", Path: name, Err: err}
+		}
+	}
+	return fstatat(dirfd, name, st)
+}

@@ -52,7 +52,7 @@ const (
 	defaultDirMode          = fs.FileMode(0o750)
 	defaultProgressInterval = 5 * time.Second
 	defaultWorkers          = 32
-	markerMode              = fs.FileMode(0o640)
+	markerMode              = fs.FileMode(0o644) // as Camunda's: readable by a broker of another user
 )
 
 // Options configure Prepare, and Collect (Keep, Cluster, Logger). The zero

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nodeid/nodeid/internal/efsfs"
 )
 
 // Issue 24: a copy as faithful as cp -a, and as current as validation can
@@ -176,7 +178,8 @@ func TestOwnersAreKeptWhenCopyingAsRoot(t *testing.T) {
 }
 
 // brokerUsesItsDirectories is the broker's part, as uid 65534: it reads
-// every file of v2 and v3 and creates a file in every directory.
+// every file of v2 and v3, the markers included (Camunda's provider, run
+// as the broker's user, reads them), and creates a file in every directory.
 func brokerUsesItsDirectories(t *testing.T, root string) {
 	for _, v := range []string{Dir(root, inst(0, 2)), Dir(root, inst(0, 3))} {
 		filepath.WalkDir(v, func(p string, d fs.DirEntry, err error) error {
@@ -187,7 +190,7 @@ func brokerUsesItsDirectories(t *testing.T, root string) {
 				if err := os.WriteFile(filepath.Join(p, "broker-"+fmt.Sprint(time.Now().UnixNano())), nil, 0o600); err != nil {
 					t.Errorf("as uid %d: %v", os.Getuid(), err)
 				}
-			case d.Type().IsRegular() && d.Name() != MarkerName:
+			case d.Type().IsRegular():
 				if _, err := os.ReadFile(p); err != nil {
 					t.Errorf("as uid %d: %v", os.Getuid(), err)
 				}
@@ -366,5 +369,47 @@ func TestTimesAndOwnersAreSetByDescriptor(t *testing.T) {
 		if err := syscall.Lstat(filepath.Join(dir, "link"), &st); err != nil || st.Uid != 65534 {
 			t.Errorf("symlink owner %d, want 65534 (%v)", st.Uid, err)
 		}
+	}
+}
+
+// As above, on the EFS-like mount, where the stale holder writes through
+// another client (here: the file system behind the FUSE mount, past the
+// kernel's attribute cache, kept for a minute as an NFS client may keep
+// it). Validation must see the write (issue 24.2). (Here the listing of
+// validation, READDIRPLUS, renews the attributes anyway; validation also
+// asks the file system with statx AT_STATX_FORCE_SYNC, for clients that
+// list without them.)
+func TestCopiedFileWrittenByAnotherClientFailsValidationOnEFS(t *testing.T) {
+	efs := efsfs.MountT(t, efsfs.Profile{Cache: time.Minute})
+	root := efs.Dir
+	rel := "raft-partition/partitions/1/journal-1.log"
+	makeVersion(t, root, 0, 4, map[string]string{rel: "preallocated segment", "other": "x"}, 4)
+	backing := filepath.Join(efs.Backing, "node-0", "v4", rel)
+	hooked := false
+	setHook(t, &testHookBeforeValidate, func(string) {
+		hooked = true
+		// The client's cache is current (reading the file for the copy
+		// invalidated its atime; a stat renews it) ...
+		if _, err := os.Stat(filepath.Join(root, "node-0", "v4", rel)); err != nil {
+			t.Error(err)
+		}
+		// ... when another client writes.
+		time.Sleep(20 * time.Millisecond) // past the time stamp granularity
+		f, err := os.OpenFile(backing, os.O_WRONLY, 0)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if _, err := f.WriteAt([]byte("STALE!!!"), 0); err != nil {
+			t.Error(err)
+		}
+		f.Close()
+	})
+	_, _, err := Prepare(context.Background(), root, inst(0, 5), Options{Logger: quiet})
+	if !hooked {
+		t.Fatal("hook never ran")
+	}
+	if !errors.Is(err, ErrValidation) {
+		t.Fatalf("err = %v, want ErrValidation: the source %q was written after its copy", err, mustRead(t, backing))
 	}
 }

@@ -115,7 +115,7 @@ func (t *tree) validateEntry(j *dirJob, e dirEntry) error {
 		return bad("missing in the target")
 	}
 	var ss, ds unix.Stat_t
-	if err := fstatat(sfd, name, &ss); err != nil {
+	if err := t.statSource(sfd, name, e, &ss); err != nil {
 		return err
 	}
 	switch err := fstatat(dfd, name, &ds); {
