@@ -273,6 +273,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if err := stopRest(); err != nil {
 			tlog.Error("exiting although processes of the command may still run", "err", err)
 		}
+		sess.awaitLossHandled()
 		tlog.Error("command killed: lease lost")
 		return sess.lossExit(lerr)
 	}

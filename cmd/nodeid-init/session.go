@@ -34,6 +34,11 @@ type session struct {
 	onLost []func(error) // run before the loss is reported, e.g. kill the child
 	lost   chan error
 
+	// lostHandled is closed once handleLost has run, i.e. after the
+	// provider logged the loss and ran its restore (see awaitLossHandled).
+	lostHandled     chan struct{}
+	lostHandledOnce sync.Once
+
 	// leaseFileErr is the error of the last lease-file write (nil after a
 	// success); leaseFileFails counts failed writes in a row. fenced is set
 	// when they ended the tenure (see handleEvent).
@@ -80,7 +85,7 @@ func newSession(ctx context.Context, s *settings, stderr io.Writer) (_ *session,
 	if err != nil {
 		return nil, err
 	}
-	sess := &session{s: s, cfg: cfg, log: log, logw: lw, metrics: newMetrics(), lost: make(chan error, 1)}
+	sess := &session{s: s, cfg: cfg, log: log, logw: lw, metrics: newMetrics(), lost: make(chan error, 1), lostHandled: make(chan struct{})}
 	registerLogDrops(sess.metrics.reg, lw)
 	sess.metrics.clusterSize.Set(float64(cfg.ClusterSize))
 	if s.metricsAddr != "" {
@@ -150,6 +155,22 @@ func (sess *session) handleLost(err error) {
 	select {
 	case sess.lost <- err:
 	default:
+	}
+	sess.lostHandledOnce.Do(func() { close(sess.lostHandled) })
+}
+
+// awaitLossHandled waits, once the tree is dead, until the provider has
+// finished the loss: its log line and the restore of a deleted or corrupt
+// object's version run after the fence (OnFence), and exiting before them
+// would cut the restore short. Bounded: the restore is bounded by the old
+// deadline, at most L away.
+func (sess *session) awaitLossHandled() {
+	if !errors.Is(sess.provider.Err(), nodeid.ErrLeaseLost) {
+		return // the lease file ended the tenure: no provider loss to wait for
+	}
+	select {
+	case <-sess.lostHandled:
+	case <-time.After(sess.cfg.LeaseDuration + 2*time.Second):
 	}
 }
 
