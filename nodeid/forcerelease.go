@@ -8,16 +8,19 @@ import (
 )
 
 // ErrVersionUnknown is returned by ForceRelease when the object of the node
-// is missing or corrupt, no peer knows its version and none was given:
-// releasing at a guess could hand out a version twice.
+// is missing or corrupt and no version was given: releasing at a guess
+// could hand out a version twice.
 var ErrVersionUnknown = errors.New("the version of the node is unknown")
 
 // ForceRelease releases node id whoever holds it, for operators, and returns
 // the version it was released at. The version never goes down: it is the
 // largest of the object's, any peer's knowledge and atLeast (the operator's
 // word, e.g. the newest version in the data root; 0 if not known). With a
-// missing or corrupt object and nothing else that knows the version,
-// atLeast is required (ErrVersionUnknown).
+// missing or corrupt object atLeast is required (ErrVersionUnknown): the
+// peers may not have learned the last holder's version yet (a holder is
+// ready before they do after a readiness timeout, and a version is only
+// known once a peer's refresh has read it), so their knowledge is no floor
+// for it.
 //
 // The holder, if alive, fails its next renewal and fences itself, but it may
 // still act until its self-fence deadline, so only use this when the holder
@@ -67,12 +70,12 @@ func forceReleaseChecked(ctx context.Context, repo Repository, id int, atLeast V
 	v := max(s.known[id], atLeast)
 	if err == nil {
 		v = max(v, rec.Lease.Instance.Version)
-	} else if v == 0 {
+	} else if atLeast == 0 {
 		what := "missing"
 		if !missing {
 			what = "corrupt"
 		}
-		return 0, fmt.Errorf("%w: the object of node %d is %s and no peer knows its version; give the version explicitly", ErrVersionUnknown, id, what)
+		return 0, fmt.Errorf("%w: the object of node %d is %s, and what the peers know may be older than its last holder's version; give the version explicitly", ErrVersionUnknown, id, what)
 	}
 	if err == nil && rec.Lease.Legacy {
 		v = aboveLegacy(v, 0)

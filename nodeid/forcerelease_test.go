@@ -126,7 +126,9 @@ func TestForceReleaseOfMissingAndCorruptObjects(t *testing.T) {
 }
 
 // With a peer that records node 0's version in its mappings, a missing
-// object is released at that version, not refused and not at 0.
+// object is released at that version at least, not at the operator's lower
+// one (the operator's version is still required: see
+// TestForceReleaseOfAMissingOrCorruptObjectNeedsTheVersion).
 func TestForceReleaseOfAMissingObjectUsesThePeersMappings(t *testing.T) {
 	forEachServer(t, func(t *testing.T, srv *s3test.Server) {
 		ctx := context.Background()
@@ -136,7 +138,7 @@ func TestForceReleaseOfAMissingObjectUsesThePeersMappings(t *testing.T) {
 			KnownVersions: nodeid.VersionMappings{0: 7}}
 		body, meta := peer.Encode()
 		putRaw(t, srv, nodeid.LeaseKey(testPrefix, 1), string(body), meta)
-		forceReleasedAt(t, repo, 0, 0, 7, true, "missing object, a peer records v7")
+		forceReleasedAt(t, repo, 0, 1, 7, true, "missing object, atLeast 1, a peer records v7")
 		// The peer's lease is not touched.
 		if rec, err := repo.Get(ctx, 1); err != nil || rec.Lease.TaskID != "peer" {
 			t.Fatalf("the peer's lease after ForceRelease of node 0: %+v, %v", rec.Lease, err)

@@ -53,7 +53,7 @@ func (p *Provider) release() {
 }
 
 // recreateDeleted runs when the holder finds its lease object deleted (or
-// replaced below its version), after it has stopped counting itself as the
+// replaced below its version, or overwritten with a corrupt object), after it has stopped counting itself as the
 // holder and before OnLost: it writes the object as an expiring lease of an
 // unknown holder at the holder's own version. Only the holder may know that
 // version (with one node ID, or before its peers learned it); without this
@@ -110,6 +110,9 @@ func (p *Provider) recreateDeleted(inst NodeInstance, etag string, deadline time
 			switch {
 			case errors.Is(gerr, ErrNotFound):
 				etag = ""
+				continue
+			case errors.Is(gerr, ErrCorruptLease) && rec.ETag != "":
+				etag = rec.ETag // corrupt again: it records no version, ours goes back
 				continue
 			case gerr == nil && rec.Lease.Instance.ID == inst.ID && rec.Lease.Instance.Version < inst.Version && rec.Lease.Acquirable:
 				p.tlog.Info("replacing a recreation below our version", "found_task", rec.Lease.TaskID, "found_version", int64(rec.Lease.Instance.Version))

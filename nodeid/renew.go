@@ -164,7 +164,10 @@ func (p *Provider) reconcile(cause error) (time.Duration, bool) {
 		p.loseRestoring("lease object deleted", cause, inst, "", deadline)
 		return 0, false
 	case errors.Is(err, ErrCorruptLease):
-		p.lose("lease object overwritten with a corrupt object", err)
+		// The object no longer records our version, and no peer need know
+		// it yet: put it back over the corrupt object (If-Match on its
+		// ETag), as after a delete, or a forced release would repeat it.
+		p.loseRestoring("lease object overwritten with a corrupt object", err, inst, rec.ETag, deadline)
 		return 0, false
 	case err != nil:
 		// Cannot tell yet. A rejected renewal is most likely someone

@@ -55,18 +55,26 @@ func cmdRelease(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	rec, gerr := repo.Get(ctx, node)
 	missing := errors.Is(gerr, nodeid.ErrNotFound)
-	if gerr != nil && !missing && !errors.Is(gerr, nodeid.ErrCorruptLease) {
+	corrupt := errors.Is(gerr, nodeid.ErrCorruptLease)
+	if gerr != nil && !missing && !corrupt {
 		return gerr
+	}
+	if (missing || corrupt) && atLeast == 0 {
+		return unknownVersion(node, corrupt, s.dataRoot)
 	}
 	cluster, err := clusterLease(ctx, repo)
 	if err != nil {
 		return err
 	}
 	unusable := gerr == nil && !rec.Lease.Acquirable
-	if gerr == nil && !unusable { // an unusable lease's holder is fenced already
+	if gerr == nil && !unusable {
 		if live, ago := liveHolder(rec, s.leaseDuration, cluster); live && !s.yes && !s.dryRun {
 			return usagef("node %d is held by %s (v%d), renewed %v ago, within its lease duration: it looks alive. A live holder keeps writing until its next renewal fails; add --yes only if it is known to be dead",
 				node, rec.Lease.TaskID, rec.Lease.Instance.Version, ago.Round(time.Second))
+		}
+	} else if !s.yes && !s.dryRun {
+		if why := lastHolderMayBeValid(rec, missing, corrupt, s.leaseDuration, cluster); why != "" {
+			return usagef("node %d %s: its last holder may still be valid; add --yes only if it is known to be dead", node, why)
 		}
 	}
 	if s.dryRun {
@@ -82,6 +90,11 @@ func cmdRelease(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		case gerr == nil:
 			state = fmt.Sprintf("released at v%d", rec.Lease.Instance.Version)
 		}
+		if gerr != nil || unusable {
+			if why := lastHolderMayBeValid(rec, missing, corrupt, s.leaseDuration, cluster); why != "" {
+				state += fmt.Sprintf("; needs --yes: it %s", why)
+			}
+		}
 		fmt.Fprintf(stdout, "dry run: would force-release node %d (%s) at version %d or the highest version a peer knows, if higher\n", node, state, max(atLeast, int64(rec.Lease.Instance.Version)))
 		return nil
 	}
@@ -92,7 +105,7 @@ func cmdRelease(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return fmt.Errorf("node %d changed since it was checked; nothing was written over it; run again", node)
 	}
 	if errors.Is(err, nodeid.ErrVersionUnknown) {
-		return usagef("%v: pass --version V (the newest node-%d/vV in the data root, or pass --data-root)", err, node)
+		return unknownVersion(node, !missing, s.dataRoot)
 	}
 	if err != nil {
 		return err
@@ -103,4 +116,43 @@ func cmdRelease(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	fmt.Fprintf(stdout, "node %d released at version %d; the next holder gets version %d\n", node, v, v+1)
 	return nil
+}
+
+// unknownVersion is the error of a release of a missing or corrupt object
+// with no version given: what the peers know may be older than the last
+// holder's version, so the operator must say (exit 2).
+func unknownVersion(node int, corrupt bool, dataRoot string) error {
+	what := "missing"
+	if corrupt {
+		what = "corrupt"
+	}
+	if dataRoot != "" {
+		return usagef("node %d: the object is %s and %s has no valid node-%d/vK, so its version is unknown (peers may know only an older one); pass --version V, the last holder's version", node, what, dataRoot, node)
+	}
+	return usagef("node %d: the object is %s, so its version is unknown (peers may know only an older one); pass --version V or --data-root DIR (the newest valid node-%d/vK there)", node, what, node)
+}
+
+// lastHolderMayBeValid judges an object whose holder, if any, the lease
+// cannot name (corrupt, missing, or unusable: scaled down while perhaps
+// held) by S3's clock alone: the holder's last renewal was sent before
+// this object's write landed, so it is over only once Date - Last-Modified
+// >= the longest lease duration known + 1 s (nodeid.HolderDuration). A
+// missing object has no time to judge. It returns why the holder may be
+// valid, or "".
+func lastHolderMayBeValid(rec nodeid.Record, missing, corrupt bool, own, cluster time.Duration) string {
+	if missing {
+		return "has no lease object, so when it was last written is unknown (a live holder writes its version back)"
+	}
+	what := "is corrupt"
+	if !corrupt {
+		what = "is unusable (scaled down)"
+	}
+	if rec.ServerDate.IsZero() || rec.LastModified.IsZero() {
+		return what + " and S3 gave no Date or Last-Modified to judge it by"
+	}
+	lease := nodeid.HolderDuration(rec, own, cluster)
+	if nodeid.ExpiredByServerClock(rec.LastModified, rec.ServerDate, lease) {
+		return ""
+	}
+	return fmt.Sprintf("%s, written %v ago by S3's clock, within the longest lease duration known (%v) + 1s", what, rec.ServerDate.Sub(rec.LastModified).Round(time.Second), lease)
 }
