@@ -7,6 +7,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/nodeid/nodeid/datadir"
@@ -123,13 +124,16 @@ func probeDir(dir string) {
 // boundPrepare starts the watchdog of a preparation; call the function it
 // returns with Prepare's error when Prepare returns. A flush that timed out
 // inside Prepare (datadir.ErrSyncTimeout, bounded by the same timeout) is a
-// hang too: the lease is not given back.
+// hang too: the lease is not given back. So is EINTR: a local file system
+// does not return it for these calls, a FUSE or NFS mount does when a call
+// waiting on its server is interrupted (Go's preemption signals do that),
+// i.e. the server was not answering.
 func (sess *session) boundPrepare() (prepared func(error)) {
 	datadir.SyncTimeout = sess.s.fsBound()
 	stop := sess.watchFS("prepare", sess.s.dataRoot)
 	return func(err error) {
 		stop()
-		if errors.Is(err, datadir.ErrSyncTimeout) {
+		if errors.Is(err, datadir.ErrSyncTimeout) || errors.Is(err, syscall.EINTR) {
 			sess.abandonOnHang("prepare", err)
 		}
 	}
