@@ -39,6 +39,8 @@ func (p *Provider) refresh() {
 	cancel()
 	if err != nil {
 		p.setPeers(p.agedPeers(nil))
+		p.mu.Lock()
+		p.decideReadiness(inst, false) // still fails open after ReadinessTimeout
 		return
 	}
 	// A peer's object may no longer record its holder's lease duration:
@@ -96,6 +98,13 @@ func (p *Provider) refresh() {
 	for id, v := range learned {
 		p.known.Observe(id, v)
 	}
+	p.decideReadiness(inst, peersKnow)
+}
+
+// decideReadiness, called with p.mu held and unlocking it, turns the
+// provider ready when every live peer knows our version, or by timeout
+// (fail-open, also while the listing fails).
+func (p *Provider) decideReadiness(inst NodeInstance, peersKnow bool) {
 	becameReady, failedOpen := false, false
 	if !p.ready && p.state == stateHolding {
 		switch {

@@ -156,14 +156,25 @@ func (sess *session) writeWaitingLocked() error {
 
 // stopWaiting, on the way out of a task that never acquired, replaces a
 // `waiting` lease file with `stopped`, so `health` fails at once.
+// It waits at most --fs-timeout: a lease file on a file system that hangs
+// holds fileMu, and the way out must not wait for it.
 func (sess *session) stopWaiting() {
-	sess.fileMu.Lock()
-	defer sess.fileMu.Unlock()
-	if !sess.waiting {
-		return
-	}
-	sess.waiting = false
-	if err := writeLeaseFile(sess.leaseFile, leasefile.Lease{State: leasefile.StateStopped, NodeID: -1, TaskID: sess.cfg.TaskID}); err != nil {
-		sess.log.Warn("cannot write the lease file", "path", sess.leaseFile, "err", err)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sess.fileMu.Lock()
+		defer sess.fileMu.Unlock()
+		if !sess.waiting {
+			return
+		}
+		sess.waiting = false
+		if err := writeLeaseFile(sess.leaseFile, leasefile.Lease{State: leasefile.StateStopped, NodeID: -1, TaskID: sess.cfg.TaskID}); err != nil {
+			sess.log.Warn("cannot write the lease file", "path", sess.leaseFile, "err", err)
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(sess.s.fsBound()):
+		sess.log.Warn("lease file not written: its file system did not answer", "path", sess.leaseFile, "fs_timeout", sess.s.fsBound())
 	}
 }

@@ -11,8 +11,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/nodeid/nodeid/nodeid"
@@ -73,6 +75,11 @@ func commands() []command {
 }
 
 func main() {
+	// For the whole process, never stopped: Go kills a program that writes
+	// to a closed stdout or stderr unless SIGPIPE is notified, and the final
+	// error line comes after every command's own signal handling ended.
+	// Notified, not ignored: an ignored disposition would pass to CMD.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	os.Exit(realMain(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 }
 

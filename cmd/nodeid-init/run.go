@@ -217,9 +217,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	started := make(chan struct{})
 	sess.whenLost(func(error) {
 		<-started
-		if child.Process != nil {
-			killTree(child.Process.Pid)
-		}
+		// Through the fence, which forgets the pgid once the tree is reaped
+		// (fence.stopped): the pid may be another process's by then.
+		sess.fence.kill(nil)
 	})
 	if !p.Valid() {
 		// Past the deadline before the watchdog said so: a loss all the same.
