@@ -68,6 +68,10 @@ func (sess *session) abandonOnHang(phase string, cause error) {
 	// Nothing below may delay the exit: not a renewal in flight, not a
 	// log writer that blocks.
 	time.AfterFunc(hangExitGrace, func() { os.Exit(exitFSHung) })
+	// Fence before the hand-off stops the watchdog: a command started
+	// from here on (a preparation that returned just now) is killed by
+	// fence.started, not left running without a watchdog after our exit.
+	sess.fence.kill(nil)
 	var inst nodeid.NodeInstance
 	if p := sess.currentProvider(); p != nil {
 		inst = p.Instance()
