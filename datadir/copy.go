@@ -3,6 +3,7 @@
 package datadir
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path"
@@ -117,7 +118,13 @@ func (t *tree) copyEntry(j *dirJob, f fileJob) error {
 		}
 		// Linked after a crash only with one name and settled.
 		if t.cfg.graceful || t.shareable(&st) {
-			return t.link(fd, &st, j.dst, f.name, f.rel)
+			err := t.link(fd, &st, j.dst, f.name, f.rel)
+			if !errors.Is(err, unix.EXDEV) {
+				return err
+			}
+			// On another mount (a mount point inside the source): no
+			// link can reach it, so its content is copied, as cp -a
+			// and copy mode do.
 		}
 	}
 	return t.copyFile(j, f.name, f.rel)

@@ -42,6 +42,10 @@ type tree struct {
 	srcDir, dstDir *os.File
 
 	srcRoot *os.Root // the source, to resolve symlink chains in checkSymlink
+	// The target, where validation resolves them: its links are the ones
+	// the broker follows, and only this preparation writes it, while a
+	// stale holder may swap a source link between two checks.
+	dstRoot *os.Root
 
 	pool   *pool // runs the walk's tasks on up to Workers goroutines
 	errMu  sync.Mutex
@@ -199,6 +203,10 @@ func (t *tree) copyAndValidate(res *Result) (err error) {
 		return fmt.Errorf("datadir: %w", err)
 	}
 	defer t.srcRoot.Close()
+	if t.dstRoot, err = openRootAt(t.node, t.dst, t.dstDir); err != nil {
+		return fmt.Errorf("datadir: %w", err)
+	}
+	defer t.dstRoot.Close()
 	t.copies = map[inodeKey]*firstCopy{}
 	t.held = map[*os.File]*os.File{}
 	t.made = map[string]made{}

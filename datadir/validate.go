@@ -154,7 +154,7 @@ func (t *tree) validateEntry(j *dirJob, e dirEntry) error {
 		if st != dt {
 			return bad("link target %q in the target, %q in the source", dt, st)
 		}
-		if err := checkSymlink(t.srcRoot, rel, st); err != nil {
+		if err := checkSymlink(t.dstRoot, rel, dt); err != nil {
 			return err
 		}
 	case actLink:
