@@ -123,10 +123,12 @@ func collect(ctx context.Context, node *os.File, nodePath string, current node.V
 	return removed, mounts, errors.Join(errs...)
 }
 
-// removeValid turns a valid directory into our leftover before deleting it:
-// the in-progress file first, then the marker, each durably. A crash at any
-// point leaves a directory that is valid (a complete copy) or ours, never one
-// that is half-deleted yet unrecognisable.
+// removeValid deletes a valid directory without needing free space first
+// (the disk may be full: see freeSpace): its marker is renamed to
+// removingName, durably, which makes it invalid yet still ours; then
+// everything else goes, removingName last. A crash at any point leaves a
+// directory that is valid (a complete copy) or ours, never one that is
+// half-deleted yet unrecognisable.
 func removeValid(node *os.File, e entry, c Cluster) error {
 	if err := checkVersionNotMount(node, e.dir); err != nil {
 		return err
@@ -134,16 +136,39 @@ func removeValid(node *os.File, e entry, c Cluster) error {
 	if err := makeWritable(e.dir); err != nil {
 		return err
 	}
-	if err := writeInProgress(e.dir, e.v, c, "", true); err != nil {
-		return err
-	}
-	if err := unlinkAt(e.dir, MarkerName); err != nil {
-		return err
+	fd := int(e.dir.Fd())
+	if err := unix.Renameat(fd, MarkerName, fd, removingName); err != nil {
+		return &os.LinkError{Op: "renameat", Old: filepath.Join(e.dir.Name(), MarkerName), New: filepath.Join(e.dir.Name(), removingName), Err: err}
 	}
 	if err := syncFile(e.dir); err != nil {
 		return err
 	}
-	return removeLeftover(node, e)
+	return removeRemoving(node, e)
+}
+
+// removeRemoving deletes a directory whose marker removeValid renamed to
+// removingName: everything else first, then it, then the directory. No
+// preparer works in such a directory (it was valid), so nothing races.
+func removeRemoving(node *os.File, e entry) error {
+	if err := makeWritable(e.dir); err != nil {
+		return err
+	}
+	names, err := readDirNames(e.dir)
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		if n == removingName {
+			continue
+		}
+		if err := removeAllAt(e.dir, n); err != nil {
+			return err
+		}
+	}
+	if err := unlinkAt(e.dir, removingName); err != nil {
+		return err
+	}
+	return rmdirAt(node, e.name, e.dir)
 }
 
 // removeUnfinished removes our leftover, or an empty directory or one with
@@ -187,6 +212,9 @@ func removeLeftover(node *os.File, e entry) error {
 	// next, durably, so no marker ever vouches for a directory being
 	// emptied. A crash after the first unlink leaves a directory that is
 	// valid and whole, or neither marked nor ours: left for an operator.
+	if e.removing {
+		return removeRemoving(node, e)
+	}
 	if err := unlinkAt(e.dir, PreparingName); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("%s/%s: %w", e.dir.Name(), PreparingName, errCompletedMeanwhile)

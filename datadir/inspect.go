@@ -38,6 +38,9 @@ type entry struct {
 	tenure string      // stateLeftover: the tenure its in-progress file names
 	dir    *os.File    // nil unless st is stateValid, stateLeftover, stateEmpty, stateNoData
 	lone   unix.Stat_t // stateNoData: the in-progress file as judged
+	// removing: a stateLeftover that removeValid was deleting (its marker
+	// renamed to removingName), not a preparation's.
+	removing bool
 }
 
 func (e *entry) close() {
@@ -85,6 +88,13 @@ func inspect(node *os.File, name string, v node.Version, c Cluster) (e entry, er
 	case ours:
 		e.st, e.why, e.dir, e.tenure, keep = stateLeftover, merr.Error(), d, tenure, true
 		return e, nil
+	}
+	switch _, err := readMarkerAt(d, removingName, v); {
+	case err == nil:
+		e.st, e.why, e.dir, e.removing, keep = stateLeftover, "being removed by garbage collection", d, true, true
+		return e, nil
+	case !errors.Is(err, errNoMarker) && !errors.Is(err, errBadMarker):
+		return e, err
 	}
 	switch empty, err := isEmpty(d); {
 	case err != nil:

@@ -62,8 +62,17 @@ func decodeStrict(b []byte, v any) error {
 
 // readMarker reads and checks the marker of the version directory dir.
 func readMarker(dir *os.File, v node.Version) (Marker, error) {
-	name := path.Join(dir.Name(), MarkerName)
-	b, err := readSmallFileAt(dir, MarkerName)
+	return readMarkerAt(dir, MarkerName, v)
+}
+
+// removingName is the marker of a valid directory that garbage collection
+// is deleting (removeValid): no marker, yet positively ours.
+const removingName = ".directory-initialized.json.nodeid-removing"
+
+// readMarkerAt reads and checks the file file of dir as a marker of v.
+func readMarkerAt(dir *os.File, file string, v node.Version) (Marker, error) {
+	name := path.Join(dir.Name(), file)
+	b, err := readSmallFileAt(dir, file)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return Marker{}, fmt.Errorf("%w: %s missing", errNoMarker, name)

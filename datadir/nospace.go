@@ -5,6 +5,8 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"slices"
 	"syscall"
 
 	"github.com/nodeid/nodeid/node"
@@ -32,24 +34,71 @@ func freeSpace(ctx context.Context, node *os.File, nodePath string, source node.
 	return removed, mounts
 }
 
-// clearTarget empties the target dst of a copy that failed, except for its
-// in-progress file, for the copy to be made again: it stays our leftover
-// throughout.
-func clearTarget(dst *os.File) error {
-	if err := makeWritable(dst); err != nil {
-		return err
+// attempt links the attempts of one Prepare: what an earlier one freed
+// (Result.Removed, Result.MountPoints), and whether this one claimed the
+// root (then nothing may be removed for space).
+type attempt struct {
+	freed, mounts []string
+	claimed       bool
+}
+
+// retryNoSpace says whether a failed attempt ran out of space, rather than
+// being refused (a refusal may wrap the error that revealed it).
+func retryNoSpace(err error) bool {
+	for _, refusal := range []error{ErrVersionUsed, ErrNewerVersion, ErrUnrecognized, ErrForeignCluster, ErrSyncTimeout, context.Canceled, context.DeadlineExceeded} {
+		if errors.Is(err, refusal) {
+			return false
+		}
 	}
-	names, err := readDirNames(dst)
+	return noSpace(err)
+}
+
+// freeSpaceFor frees space for another attempt at preparing inst after
+// one ran out of it (its failed target already removed): it judges the
+// node directory afresh and runs freeSpace from the source it finds. It
+// removes nothing on a root without an owner (see Prepare's claim), or when
+// the preparation would be refused.
+func freeSpaceFor(ctx context.Context, root string, inst node.Instance, opts Options) (removed, mounts []string) {
+	cfg, err := opts.config()
 	if err != nil {
-		return err
+		return nil, nil
 	}
-	for _, n := range names {
-		if n == PreparingName {
-			continue
-		}
-		if err := removeAllAt(dst, n); err != nil {
-			return err
+	log := cfg.log.With("node_id", inst.ID, "version", int64(inst.Version))
+	rootDir, err := openRoot(root, true)
+	if err != nil {
+		return nil, nil
+	}
+	defer rootDir.Close()
+	if claim, err := checkOwner(rootDir, root, cfg.cluster); err != nil || claim {
+		return nil, nil
+	}
+	nodePath := filepath.Join(root, nodeDirName(inst.ID))
+	nodeDir, err := openNodeDir(rootDir, nodeDirName(inst.ID), 0, false)
+	if err != nil {
+		return nil, nil
+	}
+	defer nodeDir.Close()
+	p, err := planPrepare(nodeDir.f, nodePath, inst.Version, cfg.cluster, cfg.tenure)
+	if err != nil {
+		return nil, nil
+	}
+	defer p.close()
+	if p.source.dir == nil {
+		return nil, nil
+	}
+	removed, mounts = freeSpace(ctx, nodeDir.f, nodePath, p.source.v, cfg, log)
+	if len(removed) > 0 {
+		log.Warn("out of space: removed versions beyond retention, preparing again", "removed", removed)
+	}
+	return removed, mounts
+}
+
+// appendNew appends to a what of b it does not hold yet.
+func appendNew(a, b []string) []string {
+	for _, s := range b {
+		if !slices.Contains(a, s) {
+			a = append(a, s)
 		}
 	}
-	return syncFile(dst)
+	return a
 }

@@ -40,7 +40,30 @@ import (
 //
 // Garbage collection failures are logged, not returned: the directory is
 // ready by then and a cleanup problem must not keep the node from starting.
-func Prepare(ctx context.Context, root string, inst node.Instance, opts Options) (_ string, _ Result, err error) {
+//
+// Out of space (ENOSPC, EDQUOT) at any step, it removes what garbage
+// collection would remove once the new version is valid (see freeSpace)
+// and, if that freed anything, prepares once more.
+func Prepare(ctx context.Context, root string, inst node.Instance, opts Options) (string, Result, error) {
+	start := time.Now()
+	var a attempt
+	dir, res, err := prepare(ctx, root, inst, opts, &a)
+	if err == nil || a.claimed || !retryNoSpace(err) {
+		return dir, res, err
+	}
+	freed, mounts := freeSpaceFor(ctx, root, inst, opts)
+	if len(freed) == 0 {
+		return dir, res, err
+	}
+	a = attempt{freed: freed, mounts: mounts}
+	dir, res, err = prepare(ctx, root, inst, opts, &a)
+	res.Duration = time.Since(start)
+	return dir, res, err
+}
+
+// prepare is one attempt of Prepare. a carries what an earlier attempt
+// freed, and reports whether this one claimed the root.
+func prepare(ctx context.Context, root string, inst node.Instance, opts Options, a *attempt) (_ string, _ Result, err error) {
 	start := time.Now()
 	cfg, err := opts.config()
 	if err != nil {
@@ -88,6 +111,7 @@ func Prepare(ctx context.Context, root string, inst node.Instance, opts Options)
 		if claim, err = claimOwner(rootDir, root, cfg.cluster, log); err != nil {
 			return "", Result{}, err
 		}
+		a.claimed = claim
 	}
 	if nodeDir == nil {
 		if nodeDir, err = openNodeDir(rootDir, nodeName, cfg.dirMode, true); err != nil {
@@ -106,6 +130,7 @@ func Prepare(ctx context.Context, root string, inst node.Instance, opts Options)
 		// this copy fail too: GC would only remove them after it succeeded.
 		pre, mounts = removeLeftoversBelow(nodeDir.f, nodePath, inst.Version, cfg.cluster, log)
 	}
+	pre, mounts = append(a.freed, pre...), appendNew(a.mounts, mounts)
 	if p.target.st == stateLeftover || p.target.st == stateEmpty || p.target.st == stateNoData {
 		log.Warn("removing leftovers of an interrupted preparation", "dir", dir)
 		if err := removeUnfinished(nodeDir.f, p.target); err != nil {
@@ -208,37 +233,14 @@ func Prepare(ctx context.Context, root string, inst node.Instance, opts Options)
 		if err != nil {
 			return "", Result{}, fmt.Errorf("%w: source %s: %w", ErrValidation, p.source.name, err)
 		}
-		newTree := func() *tree {
-			return &tree{
-				ctx: ctx, cfg: cfg, log: log, node: nodeDir.r,
-				src: p.source.name, dst: target,
-				srcDir: p.source.dir, dstDir: dst,
-				dstPath: dir,
-			}
+		t = &tree{
+			ctx: ctx, cfg: cfg, log: log, node: nodeDir.r,
+			src: p.source.name, dst: target,
+			srcDir: p.source.dir, dstDir: dst,
+			dstPath: dir,
 		}
-		t = newTree()
 		if err := t.copyAndValidate(&res); err != nil {
-			// Out of space: what retention gives up once this version is
-			// valid goes now, and the copy is made once more.
-			if claim || !noSpace(err) {
-				return "", Result{}, err
-			}
-			// The partial copy goes first: removing a valid version
-			// writes an in-progress file into it, which needs space.
-			if cerr := clearTarget(dst); cerr != nil {
-				return "", Result{}, fmt.Errorf("datadir: emptying %s to copy again: %w (after %w)", dir, cerr, err)
-			}
-			freed, m := freeSpace(ctx, nodeDir.f, nodePath, src, cfg, log)
-			mounts = append(mounts, m...)
-			if len(freed) == 0 {
-				return "", Result{}, err
-			}
-			pre = append(pre, freed...)
-			log.Warn("out of space: removed versions beyond retention, copying again", "dir", dir, "removed", freed, "err", err)
-			t = newTree()
-			if err := t.copyAndValidate(&res); err != nil {
-				return "", Result{}, err
-			}
+			return "", Result{}, err
 		}
 		// Validation compares with the source as it is now, which a stale
 		// holder's GC may have half deleted; GC removes the marker first.

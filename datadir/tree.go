@@ -161,7 +161,7 @@ const (
 // linked after an ungraceful takeover (see shareable).
 func (t *tree) classify(rel string, mode fs.FileMode, shareable bool) action {
 	switch {
-	case rel == MarkerName || rel == PreparingName || rel == markerAsideName:
+	case rel == MarkerName || rel == PreparingName || rel == markerAsideName || rel == removingName:
 		// The target gets its own, and a stale in-progress file in a valid
 		// source (a crash just after its marker) means nothing.
 		return actSkip
