@@ -81,6 +81,9 @@ func (sess *session) abandonOnHang(phase string, cause error) {
 	}
 	sess.tenureLog(inst).Error("file system hung: lease left to expire, not released; exiting",
 		"phase", phase, "data_root", sess.s.dataRoot, "fs_timeout", sess.s.fsBound(), "err", cause, "exit_code", exitFSHung)
+	// The log is a queue (logwriter.go): flush it, bounded, or os.Exit
+	// drops the line above. The exit timer still fires at hangExitGrace.
+	sess.logw.Close(time.Second)
 	time.Sleep(hangExitPause)
 	os.Exit(exitFSHung)
 }
