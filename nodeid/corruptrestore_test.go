@@ -79,3 +79,50 @@ func TestForceReleaseOfAMissingOrCorruptObjectNeedsTheVersion(t *testing.T) {
 		}
 	})
 }
+
+// Simulation seed 49732: a scale-down marked the held node 2 unusable, and
+// an outside write then tore the body but kept the metadata. The holder's
+// restore over the corrupt object put its lease back over the mark, and the
+// scaled-down ID was acquirable again. The metadata left in a corrupt object
+// still speaks: with acquirable=false, or a version above the holder's, the
+// holder stops and leaves the object alone.
+func TestHolderLeavesACorruptObjectThatRecordsAScaleDownOrALaterVersion(t *testing.T) {
+	forEachServer(t, func(t *testing.T, srv *s3test.Server) {
+		for _, tc := range []struct {
+			name, prefix string
+			meta         map[string]string
+		}{
+			{"marked unusable", "unusable/", map[string]string{nodeid.MetaVersion: "1", nodeid.MetaAcquirable: "false"}},
+			{"later version", "later/", map[string]string{nodeid.MetaVersion: "5", nodeid.MetaTaskID: "later"}},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				ctx := context.Background()
+				repo := newS3Repo(t, srv, "", tc.prefix, 2*time.Second)
+				if err := nodeid.Initialize(ctx, repo, 1, "boot", 2*time.Second); err != nil {
+					t.Fatal(err)
+				}
+				lost := newLossRecorder()
+				holder := newProvider(t, repo, fastConfig(t, "holder", 1, lost))
+				if inst := acquire(t, holder, 10*time.Second); inst != (nodeid.NodeInstance{ID: 0, Version: 1}) {
+					t.Fatalf("holder got %v, want node 0 v1", inst)
+				}
+				key := nodeid.LeaseKey(tc.prefix, 0)
+				putRaw(t, srv, key, `{"taskId":"holder","nodeInst`, tc.meta)
+				before, err := repo.Get(ctx, 0)
+				if !errors.Is(err, nodeid.ErrCorruptLease) {
+					t.Fatalf("node 0 after the torn write: %+v, %v; want corrupt", before.Lease, err)
+				}
+				select {
+				case <-lost.ch:
+				case <-time.After(3 * time.Second):
+					t.Fatal("the holder did not notice the corrupt object")
+				}
+				time.Sleep(500 * time.Millisecond) // a restore would have landed by now
+				after, err := repo.Get(ctx, 0)
+				if !errors.Is(err, nodeid.ErrCorruptLease) || after.ETag != before.ETag {
+					t.Errorf("node 0 after its holder stopped: %+v, %v; want the corrupt object left as it was", after.Lease, err)
+				}
+			})
+		}
+	})
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -198,6 +199,34 @@ func (l Lease) Encode() ([]byte, map[string]string) {
 	return body, meta
 }
 
+// corruptLeaseError is ErrCorruptLease with what the object's metadata still
+// said. A holder puts its version back over a corrupt object only when that
+// metadata names no scale-down and no later version (restorableOver).
+type corruptLeaseError struct {
+	id             int
+	reason         string
+	metaVersion    Version // 0 when unreadable
+	markedUnusable bool    // acquirable=false
+}
+
+func (e *corruptLeaseError) Error() string {
+	return fmt.Sprintf("%v: node %d: %s", ErrCorruptLease, e.id, e.reason)
+}
+
+func (e *corruptLeaseError) Is(target error) bool { return target == ErrCorruptLease }
+
+// restorableOver reports whether a holder of inst may write its version back
+// over the corrupt object that err describes: not when the metadata left in
+// it records a scale-down (the operator's decision) or a version above inst's
+// (a later holder's, who restores its own).
+func restorableOver(err error, inst NodeInstance) bool {
+	var c *corruptLeaseError
+	if !errors.As(err, &c) {
+		return true
+	}
+	return !c.markedUnusable && c.metaVersion <= inst.Version
+}
+
 // DecodeLease parses the object of node id. It never panics; anything that is
 // not a well-formed lease of this id, with body and metadata agreeing, is
 // reported as ErrCorruptLease.
@@ -207,8 +236,10 @@ func (l Lease) Encode() ([]byte, map[string]string) {
 // its held JSON) and every form this tool wrote before (nonce and lease
 // duration as body fields, released leases as padded JSON).
 func DecodeLease(id int, body []byte, meta map[string]string) (Lease, error) {
+	seen := &corruptLeaseError{id: id} // what the metadata said, as far as it was read
 	corrupt := func(format string, args ...any) (Lease, error) {
-		return Lease{}, fmt.Errorf("%w: node %d: %s", ErrCorruptLease, id, fmt.Sprintf(format, args...))
+		seen.reason = fmt.Sprintf(format, args...)
+		return Lease{}, seen
 	}
 	m := make(map[string]string, len(meta))
 	for k, v := range meta {
@@ -230,12 +261,14 @@ func DecodeLease(id int, body []byte, meta map[string]string) (Lease, error) {
 	if err != nil || version < 0 || Version(version) > MaxVersion {
 		return corrupt("metadata %s=%q is not a version", MetaVersion, versionText)
 	}
+	seen.metaVersion = Version(version)
 	acquirable := true // missing means true, as in Camunda's format
 	if a, ok := m[MetaAcquirable]; ok {
 		if acquirable, err = strconv.ParseBool(a); err != nil {
 			return corrupt("metadata %s=%q is not a boolean", MetaAcquirable, a)
 		}
 	}
+	seen.markedUnusable = !acquirable
 	metaTask := m[MetaTaskID]
 	forced := false
 	if f, ok := m[MetaForced]; ok {

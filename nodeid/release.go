@@ -111,9 +111,11 @@ func (p *Provider) recreateDeleted(inst NodeInstance, etag string, deadline time
 			case errors.Is(gerr, ErrNotFound):
 				etag = ""
 				continue
-			case errors.Is(gerr, ErrCorruptLease) && rec.ETag != "":
+			case errors.Is(gerr, ErrCorruptLease) && rec.ETag != "" && restorableOver(gerr, inst):
 				etag = rec.ETag // corrupt again: it records no version, ours goes back
 				continue
+			case errors.Is(gerr, ErrCorruptLease) && rec.ETag != "":
+				return // corrupt, but records a scale-down or a later version: not ours
 			case gerr == nil && rec.Lease.Instance.ID == inst.ID && rec.Lease.Instance.Version < inst.Version && rec.Lease.Acquirable:
 				p.tlog.Info("replacing a recreation below our version", "found_task", rec.Lease.TaskID, "found_version", int64(rec.Lease.Instance.Version))
 				etag = rec.ETag

@@ -163,6 +163,9 @@ func (p *Provider) reconcile(cause error) (time.Duration, bool) {
 	case errors.Is(err, ErrNotFound):
 		p.loseRestoring("lease object deleted", cause, inst, "", deadline)
 		return 0, false
+	case errors.Is(err, ErrCorruptLease) && !restorableOver(err, inst):
+		p.lose("lease object overwritten with a corrupt object that records a scale-down or a later version", err)
+		return 0, false
 	case errors.Is(err, ErrCorruptLease):
 		// The object no longer records our version, and no peer need know
 		// it yet: put it back over the corrupt object (If-Match on its
