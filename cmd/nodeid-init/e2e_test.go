@@ -661,11 +661,12 @@ func TestABrokerIgnoringSigtermIsKilledAfterTheStopTimeout(t *testing.T) {
 	}
 }
 
-// A data directory that cannot be prepared after an ungraceful takeover must
-// not be vouched for: the lease is left to expire, not released, so the
-// successor copies instead of hard-linking a stale holder's files.
-func TestFailedPreparationAfterATakeoverLeavesTheLeaseToExpire(t *testing.T) {
-	c := newCluster(t, s3test.StartVersity(t), 1)
+// deadHolderOfV1 initializes the one-node cluster c and leaves node 0 leased
+// to a dead task at version 1 (acquirable, expiring in 1 s), with an
+// initialized v1 directory under root: the next task takes v2 over
+// ungracefully and must prepare it from that v1. It returns v1's path.
+func (c *cluster) deadHolderOfV1(t *testing.T, root string) string {
+	t.Helper()
 	repo := c.repo()
 	ctx := context.Background()
 	if err := nodeid.Initialize(ctx, repo, 1, "setup", 2*time.Second); err != nil {
@@ -676,15 +677,26 @@ func TestFailedPreparationAfterATakeoverLeavesTheLeaseToExpire(t *testing.T) {
 	if _, err := repo.Write(ctx, dead, rec.ETag); err != nil {
 		t.Fatal(err)
 	}
-	// The dead holder's v1 holds a link out of the data directory: the task
-	// that takes v2 cannot prepare it.
-	v1 := filepath.Join(c.root, "node-0", "v1")
+	v1 := filepath.Join(root, "node-0", "v1")
 	if err := os.MkdirAll(v1, 0o750); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(v1, "directory-initialized.json"), []byte(`{"initializedAt":"2026-11-30T00:00:00Z","version":1,"initializedFrom":null}`), 0o640); err != nil {
 		t.Fatal(err)
 	}
+	return v1
+}
+
+// A data directory that cannot be prepared after an ungraceful takeover must
+// not be vouched for: the lease is left to expire, not released, so the
+// successor copies instead of hard-linking a stale holder's files.
+func TestFailedPreparationAfterATakeoverLeavesTheLeaseToExpire(t *testing.T) {
+	c := newCluster(t, s3test.StartVersity(t), 1)
+	repo := c.repo()
+	ctx := context.Background()
+	// The dead holder's v1 holds a link out of the data directory: the task
+	// that takes v2 cannot prepare it.
+	v1 := c.deadHolderOfV1(t, c.root)
 	if err := os.Symlink("/etc/passwd", filepath.Join(v1, "evil")); err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,6 @@ import (
 
 	"github.com/nodeid/nodeid/internal/efsfs"
 	"github.com/nodeid/nodeid/internal/s3test"
-	"github.com/nodeid/nodeid/nodeid"
 )
 
 // The exit code of a hung data root (docs/cli.md).
@@ -102,23 +101,7 @@ func TestDataRootHangingDuringAPreparationExits7AndLeavesTheLease(t *testing.T) 
 	// Every metadata operation costs 10 ms, so copying v1 takes seconds.
 	f := efsfs.MountT(t, efsfs.Profile{Meta: 10 * time.Millisecond})
 	c := newCluster(t, s3test.StartVersity(t), 1)
-	repo := c.repo()
-	ctx := context.Background()
-	if err := nodeid.Initialize(ctx, repo, 1, "setup", 2*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	rec, _ := repo.Get(ctx, 0)
-	dead := nodeid.Lease{TaskID: "dead", Instance: nodeid.NodeInstance{ID: 0, Version: 1}, Duration: time.Second, Nonce: "n", Acquirable: true}
-	if _, err := repo.Write(ctx, dead, rec.ETag); err != nil {
-		t.Fatal(err)
-	}
-	v1 := filepath.Join(f.Backing, "node-0", "v1")
-	if err := os.MkdirAll(v1, 0o750); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(v1, "directory-initialized.json"), []byte(`{"initializedAt":"2026-11-30T00:00:00Z","version":1,"initializedFrom":null}`), 0o640); err != nil {
-		t.Fatal(err)
-	}
+	v1 := c.deadHolderOfV1(t, f.Backing)
 	for i := range 400 {
 		if err := os.WriteFile(filepath.Join(v1, fmt.Sprintf("f%03d", i)), []byte("data"), 0o640); err != nil {
 			t.Fatal(err)
