@@ -26,11 +26,7 @@ func TestHolderRestoresItsVersionOverACorruptObject(t *testing.T) {
 		if _, err := nodeid.ForceRelease(ctx, repo, 0, 1, "operator"); err != nil {
 			t.Fatal(err) // node 0 released at v1
 		}
-		peer := nodeid.Lease{TaskID: "peer", Instance: nodeid.NodeInstance{ID: 1, Version: 1},
-			Expires: time.Now().Add(time.Hour), Duration: 2 * time.Second, Nonce: "n1", Acquirable: true,
-			KnownVersions: nodeid.VersionMappings{0: 1}}
-		body, meta := peer.Encode()
-		putRaw(t, srv, nodeid.LeaseKey(testPrefix, 1), string(body), meta)
+		putLivePeer(t, srv, 1, nodeid.VersionMappings{0: 1})
 
 		lost := newLossRecorder()
 		cfg := fastConfig(t, "holder", 2, lost)
@@ -62,11 +58,7 @@ func TestForceReleaseOfAMissingOrCorruptObjectNeedsTheVersion(t *testing.T) {
 	forEachServer(t, func(t *testing.T, srv *s3test.Server) {
 		ctx := context.Background()
 		repo := newRepo(t, srv, "")
-		peer := nodeid.Lease{TaskID: "peer", Instance: nodeid.NodeInstance{ID: 1, Version: 2},
-			Expires: time.Now().Add(time.Hour), Duration: 2 * time.Second, Nonce: "n1", Acquirable: true,
-			KnownVersions: nodeid.VersionMappings{0: 7}}
-		body, meta := peer.Encode()
-		putRaw(t, srv, nodeid.LeaseKey(testPrefix, 1), string(body), meta)
+		putLivePeer(t, srv, 2, nodeid.VersionMappings{0: 7})
 		for _, state := range []string{"missing", "corrupt"} {
 			if state == "corrupt" {
 				putRaw(t, srv, nodeid.LeaseKey(testPrefix, 0), "not a lease", map[string]string{"version": "x"})

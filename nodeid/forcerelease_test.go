@@ -133,11 +133,7 @@ func TestForceReleaseOfAMissingObjectUsesThePeersMappings(t *testing.T) {
 	forEachServer(t, func(t *testing.T, srv *s3test.Server) {
 		ctx := context.Background()
 		repo := newRepo(t, srv, "")
-		peer := nodeid.Lease{TaskID: "peer", Instance: nodeid.NodeInstance{ID: 1, Version: 2},
-			Expires: time.Now().Add(time.Hour), Duration: 2 * time.Second, Nonce: "n1", Acquirable: true,
-			KnownVersions: nodeid.VersionMappings{0: 7}}
-		body, meta := peer.Encode()
-		putRaw(t, srv, nodeid.LeaseKey(testPrefix, 1), string(body), meta)
+		putLivePeer(t, srv, 2, nodeid.VersionMappings{0: 7})
 		forceReleasedAt(t, repo, 0, 1, 7, true, "missing object, atLeast 1, a peer records v7")
 		// The peer's lease is not touched.
 		if rec, err := repo.Get(ctx, 1); err != nil || rec.Lease.TaskID != "peer" {

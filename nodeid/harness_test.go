@@ -192,6 +192,20 @@ func putRaw(t testing.TB, srv *s3test.Server, key, body string, meta map[string]
 	}
 }
 
+// putLivePeer writes node 1's object from outside as held by the task
+// "peer" at version v for another hour, its mappings recording known: the
+// live peer whose mappings a test of node 0 consults. It returns the body
+// and metadata written, for a test that writes them back.
+func putLivePeer(t testing.TB, srv *s3test.Server, v nodeid.Version, known nodeid.VersionMappings) (string, map[string]string) {
+	t.Helper()
+	peer := nodeid.Lease{TaskID: "peer", Instance: nodeid.NodeInstance{ID: 1, Version: v},
+		Expires: time.Now().Add(time.Hour), Duration: 2 * time.Second, Nonce: "n1", Acquirable: true,
+		KnownVersions: known}
+	body, meta := peer.Encode()
+	putRaw(t, srv, nodeid.LeaseKey(testPrefix, 1), string(body), meta)
+	return string(body), meta
+}
+
 func deleteRaw(t testing.TB, srv *s3test.Server, key string) {
 	t.Helper()
 	if _, err := srv.Client(t).DeleteObject(context.Background(), &s3.DeleteObjectInput{

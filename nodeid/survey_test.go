@@ -113,12 +113,7 @@ func lowerBelowAPeer(t *testing.T, srv *s3test.Server) (string, map[string]strin
 	lowered := nodeid.Lease{Writer: "outsider", Instance: nodeid.NodeInstance{ID: 0, Version: 1}, Nonce: "n0", Acquirable: true}
 	body, meta := lowered.Encode()
 	putRaw(t, srv, nodeid.LeaseKey(testPrefix, 0), string(body), meta)
-	peer := nodeid.Lease{TaskID: "peer", Instance: nodeid.NodeInstance{ID: 1, Version: 3},
-		Expires: time.Now().Add(time.Hour), Duration: 2 * time.Second, Nonce: "n1", Acquirable: true,
-		KnownVersions: nodeid.VersionMappings{0: 5, 1: 3}}
-	body, meta = peer.Encode()
-	putRaw(t, srv, nodeid.LeaseKey(testPrefix, 1), string(body), meta)
-	return string(body), meta
+	return putLivePeer(t, srv, 3, nodeid.VersionMappings{0: 5, 1: 3})
 }
 
 // deleteDuringSurveyRepo deletes node 1's object from outside just before
