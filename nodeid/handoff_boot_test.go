@@ -21,12 +21,7 @@ import (
 // L - m of its last renewal, as any holder does.
 func TestAdoptCapsAFarDeadlineAtWhatARenewalEarned(t *testing.T) {
 	forEachServer(t, func(t *testing.T, srv *s3test.Server) {
-		first := newProvider(t, newRepo(t, srv, ""), fastConfig(t, "task-1", 1, nil))
-		acquire(t, first, 5*time.Second)
-		h, err := first.HandOff(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, h := acquireAndHandOff(t, newRepo(t, srv, ""))
 		h.ValidUntilBoottimeNs += int64(time.Hour)
 
 		proxy := startProxy(t, srv)
@@ -59,12 +54,7 @@ func TestAdoptCapsAFarDeadlineAtWhatARenewalEarned(t *testing.T) {
 func TestAdoptRefusesAHandOffWithImpossibleSendTimes(t *testing.T) {
 	srv := s3test.NewFake(t)
 	repo := newRepo(t, srv, "")
-	first := newProvider(t, repo, fastConfig(t, "task-1", 1, nil))
-	acquire(t, first, 5*time.Second)
-	h, err := first.HandOff(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, h := acquireAndHandOff(t, repo)
 	for name, change := range map[string]func(*nodeid.Handoff){
 		"no renewal send time":    func(h *nodeid.Handoff) { h.RenewalSentBoottimeNs = 0 },
 		"renewal sent in an hour": func(h *nodeid.Handoff) { h.RenewalSentBoottimeNs += int64(time.Hour) },
@@ -87,12 +77,7 @@ func TestAdoptRefusesAHandOffWithImpossibleSendTimes(t *testing.T) {
 func TestAdoptRefusesAHandOffFromAnotherBoot(t *testing.T) {
 	forEachServer(t, func(t *testing.T, srv *s3test.Server) {
 		repo := newRepo(t, srv, "")
-		first := newProvider(t, repo, fastConfig(t, "task-1", 1, nil))
-		inst := acquire(t, first, 5*time.Second)
-		h, err := first.HandOff(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
+		inst, h := acquireAndHandOff(t, repo)
 		// As renew reads it: JSON, here written on another boot.
 		var fields map[string]any
 		b, _ := json.Marshal(h)
@@ -127,12 +112,7 @@ func TestAdoptAfterARebootIsRefused(t *testing.T) {
 	srv := s3test.NewFake(t)
 	repo := newRepo(t, srv, "")
 	nodeid.SetBootIDForTest(t, "boot-a")
-	first := newProvider(t, repo, fastConfig(t, "task-1", 1, nil))
-	acquire(t, first, 5*time.Second)
-	h, err := first.HandOff(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, h := acquireAndHandOff(t, repo)
 	if h.BootID != "boot-a" {
 		t.Fatalf("hand-off records boot %q, want boot-a", h.BootID)
 	}

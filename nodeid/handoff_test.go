@@ -49,12 +49,7 @@ func TestHandOffThenAdoptKeepsTheLease(t *testing.T) {
 func TestAdoptRefusesAnExpiredOrForeignHandOff(t *testing.T) {
 	srv := s3test.NewFake(t)
 	repo := newRepo(t, srv, "")
-	first := newProvider(t, repo, fastConfig(t, "task-1", 1, nil))
-	acquire(t, first, 5*time.Second)
-	h, err := first.HandOff(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, h := acquireAndHandOff(t, repo)
 	other := newProvider(t, repo, fastConfig(t, "task-2", 1, nil))
 	if _, err := other.Adopt(context.Background(), h); !errors.Is(err, nodeid.ErrInvalidConfig) {
 		t.Fatalf("foreign hand-off: %v", err)
@@ -70,12 +65,7 @@ func TestAdoptRefusesAnExpiredOrForeignHandOff(t *testing.T) {
 func TestAdoptAfterTheLeaseChangedIsALoss(t *testing.T) {
 	srv := s3test.NewFake(t)
 	repo := newRepo(t, srv, "")
-	first := newProvider(t, repo, fastConfig(t, "task-1", 1, nil))
-	inst := acquire(t, first, 5*time.Second)
-	h, err := first.HandOff(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	inst, h := acquireAndHandOff(t, repo)
 	body, meta := foreignLease("intruder", inst.ID, int64(inst.Version)+1)
 	putRaw(t, srv, nodeid.LeaseKey(testPrefix, inst.ID), body, meta)
 	lost := newLossRecorder()
@@ -86,6 +76,20 @@ func TestAdoptAfterTheLeaseChangedIsALoss(t *testing.T) {
 	if adopter.Valid() {
 		t.Fatal("adopter valid after a failed adoption")
 	}
+}
+
+// acquireAndHandOff has a task "task-1" of a one-node cluster on repo take
+// an ID and hand it off, as before an exec: it returns what was acquired
+// and the hand-off, for a test of what an adopter makes of it.
+func acquireAndHandOff(t *testing.T, repo nodeid.Repository) (nodeid.NodeInstance, nodeid.Handoff) {
+	t.Helper()
+	first := newProvider(t, repo, fastConfig(t, "task-1", 1, nil))
+	inst := acquire(t, first, 5*time.Second)
+	h, err := first.HandOff(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return inst, h
 }
 
 // handOffAfterALostRenewal lets first renew once through proxy with the
