@@ -2,6 +2,7 @@ package nodeid_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -73,6 +75,25 @@ func beforeEveryRequest(name string, step func(context.Context, middleware.Initi
 			return s.Initialize.Add(middleware.InitializeMiddlewareFunc(name, step), middleware.Before)
 		})
 	}
+}
+
+// failWhileHolding returns a request hook (see beforeEveryRequest) that
+// answers an injected 503 SlowDown to each request fails picks, once the
+// provider newcomer points at holds its lease (the take itself needs those
+// requests), and the count of requests it so failed.
+func failWhileHolding(name string, newcomer *atomic.Pointer[nodeid.Provider], fails func(params any) bool) (func(*s3.Options), *atomic.Int64) {
+	injected := new(atomic.Int64)
+	return beforeEveryRequest(name, func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+		if fails(in.Parameters) {
+			if p := newcomer.Load(); p != nil {
+				if _, holding := p.Deadline(); holding {
+					injected.Add(1)
+					return middleware.InitializeOutput{}, middleware.Metadata{}, errors.New("injected: 503 SlowDown")
+				}
+			}
+		}
+		return next.HandleInitialize(ctx, in)
+	}), injected
 }
 
 // lossRecorder collects OnLost calls.

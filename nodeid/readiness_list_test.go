@@ -2,13 +2,11 @@ package nodeid_test
 
 import (
 	"context"
-	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
-	"github.com/aws/smithy-go/middleware"
 
 	"github.com/nodeid/nodeid/internal/s3test"
 	"github.com/nodeid/nodeid/nodeid"
@@ -27,16 +25,11 @@ func TestReadinessFailsOpenWhileTheListingFails(t *testing.T) {
 		writeDeadLease(t, repo, 1, 3)
 
 		var newcomer atomic.Pointer[nodeid.Provider]
-		nrepo := newS3Repo(t, srv, "", testPrefix, 2*time.Second, beforeEveryRequest("failList", func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
-			if _, ok := in.Parameters.(*s3.ListObjectsV2Input); ok {
-				if p := newcomer.Load(); p != nil {
-					if _, holding := p.Deadline(); holding {
-						return middleware.InitializeOutput{}, middleware.Metadata{}, errors.New("injected: 503 SlowDown")
-					}
-				}
-			}
-			return next.HandleInitialize(ctx, in)
-		}))
+		failList, _ := failWhileHolding("failList", &newcomer, func(params any) bool {
+			_, ok := params.(*s3.ListObjectsV2Input)
+			return ok
+		})
+		nrepo := newS3Repo(t, srv, "", testPrefix, 2*time.Second, failList)
 		cfg := doubled(fastConfig(t, "newcomer", 2, nil))
 		cfg.AllowedIDs = []int{1}
 		cfg.ReadinessTimeout = 2 * time.Second

@@ -2,7 +2,6 @@ package nodeid_test
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -10,7 +9,6 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
-	"github.com/aws/smithy-go/middleware"
 
 	"github.com/nodeid/nodeid/internal/s3test"
 	"github.com/nodeid/nodeid/nodeid"
@@ -32,19 +30,12 @@ func TestReadinessWaitsWhileAPeerCannotBeRead(t *testing.T) {
 
 		var newcomer atomic.Pointer[nodeid.Provider]
 		var healed atomic.Bool
-		var failed atomic.Int64
 		peerKey := nodeid.LeaseKey(testPrefix, 0)
-		nrepo := newS3Repo(t, srv, "", testPrefix, 2*time.Second, beforeEveryRequest("failPeerGet", func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
-			if g, ok := in.Parameters.(*s3.GetObjectInput); ok && strings.HasSuffix(aws.ToString(g.Key), peerKey) && !healed.Load() {
-				if p := newcomer.Load(); p != nil {
-					if _, holding := p.Deadline(); holding {
-						failed.Add(1)
-						return middleware.InitializeOutput{}, middleware.Metadata{}, errors.New("injected: 503 SlowDown")
-					}
-				}
-			}
-			return next.HandleInitialize(ctx, in)
-		}))
+		failPeerGet, failed := failWhileHolding("failPeerGet", &newcomer, func(params any) bool {
+			g, ok := params.(*s3.GetObjectInput)
+			return ok && strings.HasSuffix(aws.ToString(g.Key), peerKey) && !healed.Load()
+		})
+		nrepo := newS3Repo(t, srv, "", testPrefix, 2*time.Second, failPeerGet)
 		cfg := doubled(fastConfig(t, "newcomer", 2, nil))
 		cfg.AllowedIDs = []int{1}
 		cfg.ReadinessTimeout = time.Minute
