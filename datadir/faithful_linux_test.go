@@ -21,6 +21,23 @@ import (
 // Issue 24: a copy as faithful as cp -a, and as current as validation can
 // prove.
 
+// writeStaleInPlace writes "STALE!!!" over the start of file through a
+// descriptor of its own, keeping its size, as a stale holder does. It runs
+// in a hook, so it reports with t.Error; false if file could not be opened.
+func writeStaleInPlace(t *testing.T, file string) bool {
+	t.Helper()
+	f, err := os.OpenFile(file, os.O_WRONLY, 0)
+	if err != nil {
+		t.Error(err)
+		return false
+	}
+	if _, err := f.WriteAt([]byte("STALE!!!"), 0); err != nil {
+		t.Error(err)
+	}
+	f.Close()
+	return true
+}
+
 // A stale holder writes a copied (not linked) file in place after its copy,
 // before validation, keeping its size: as Zeebe writes its preallocated
 // journal segments. Validation used to compare only sizes for copies, so
@@ -61,15 +78,9 @@ func TestCopiedFileWrittenInPlaceBeforeValidationFails(t *testing.T) {
 					}
 					return
 				}
-				f, err := os.OpenFile(file, os.O_WRONLY, 0)
-				if err != nil {
-					t.Error(err)
+				if !writeStaleInPlace(t, file) {
 					return
 				}
-				if _, err := f.WriteAt([]byte("STALE!!!"), 0); err != nil {
-					t.Error(err)
-				}
-				f.Close()
 				if tc.mtime {
 					if err := os.Chtimes(file, fi.ModTime(), fi.ModTime()); err != nil {
 						t.Error(err)
@@ -395,15 +406,7 @@ func TestCopiedFileWrittenByAnotherClientFailsValidationOnEFS(t *testing.T) {
 		}
 		// ... when another client writes.
 		time.Sleep(20 * time.Millisecond) // past the time stamp granularity
-		f, err := os.OpenFile(backing, os.O_WRONLY, 0)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		if _, err := f.WriteAt([]byte("STALE!!!"), 0); err != nil {
-			t.Error(err)
-		}
-		f.Close()
+		writeStaleInPlace(t, backing)
 	})
 	_, _, err := Prepare(context.Background(), root, inst(0, 5), Options{Logger: quiet})
 	if !hooked {
