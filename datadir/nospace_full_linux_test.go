@@ -18,9 +18,7 @@ import (
 // copy.
 func TestNoSpaceForTheInProgressFileFreesOldVersions(t *testing.T) {
 	big := string(bytes.Repeat([]byte("x"), 1500<<10))
-	_, root := smallTmpfsRoot(t)
-	makeVersion(t, root, 0, 1, map[string]string{"a": big}, 1)
-	makeVersion(t, root, 0, 2, map[string]string{"a": big}, 2)
+	root := tmpfsWithTwoVersions(t, big)
 	fillUp(t, filepath.Join(Dir(root, inst(0, 1)), "fill"))
 	prepareOnFullDisk(t, root, big)
 }
@@ -36,9 +34,7 @@ func TestNoSpaceRemovingAValidVersionNeedsNoSpace(t *testing.T) { noSpaceWithSla
 
 func noSpaceWithSlack(t *testing.T, slackPages int) {
 	big := string(bytes.Repeat([]byte("x"), 800<<10)) // 200 pages
-	_, root := smallTmpfsRoot(t)
-	makeVersion(t, root, 0, 1, map[string]string{"a": big}, 1)
-	makeVersion(t, root, 0, 2, map[string]string{"a": big}, 2)
+	root := tmpfsWithTwoVersions(t, big)
 	v1 := Dir(root, inst(0, 1))
 	slack := filepath.Join(v1, "slack")
 	if err := os.WriteFile(slack, bytes.Repeat([]byte("s"), slackPages*4096), 0o644); err != nil {

@@ -9,6 +9,18 @@ import (
 	"testing"
 )
 
+// tmpfsWithTwoVersions mounts a small tmpfs (smallTmpfsRoot) and returns a
+// data root on it where node 0's v1 and v2 each hold one file, "a", of
+// content big: v2 the source of v3, v1 beyond retention once v3 is valid
+// with Keep 2.
+func tmpfsWithTwoVersions(t *testing.T, big string) string {
+	t.Helper()
+	_, root := smallTmpfsRoot(t)
+	makeVersion(t, root, 0, 1, map[string]string{"a": big}, 1)
+	makeVersion(t, root, 0, 2, map[string]string{"a": big}, 2)
+	return root
+}
+
 // Issue 24.6: on a full file system holding a version beyond retention and
 // the source, the copy runs out of space; the version that garbage
 // collection would remove after the copy is removed then, and the copy made
@@ -26,9 +38,7 @@ func TestNoSpaceFreesWhatRetentionAllows(t *testing.T) {
 		{keep: 1, want: []string{"v3"}},                      // v2 too, but only after v3 is valid
 		{keep: 3, wantErr: true, want: []string{"v1", "v2"}}, // v1 is kept: ENOSPC stands
 	} {
-		_, root := smallTmpfsRoot(t)
-		makeVersion(t, root, 0, 1, map[string]string{"a": big}, 1)
-		makeVersion(t, root, 0, 2, map[string]string{"a": big}, 2)
+		root := tmpfsWithTwoVersions(t, big)
 		// Not ours, below the source: never removed.
 		makeVersion(t, root, 0, 0, map[string]string{"x": "y"}, -1)
 		_, res, err := Prepare(context.Background(), root, inst(0, 3), Options{Logger: quiet, Keep: tc.keep, Tenure: "task-3"})
