@@ -23,6 +23,20 @@ func shortLease(task string, id int, addr string) nodeid.Lease {
 	return l
 }
 
+// checkPeers fails t unless peers is want, peer by peer; a list of another
+// length is fatal, a differing peer an error of its own.
+func checkPeers(t *testing.T, peers, want []nodeid.Peer) {
+	t.Helper()
+	if len(peers) != len(want) {
+		t.Fatalf("peers %+v, want %+v", peers, want)
+	}
+	for i := range want {
+		if peers[i] != want[i] {
+			t.Errorf("peer %d: %+v, want %+v", i, peers[i], want[i])
+		}
+	}
+}
+
 // Issue 23.10: only a live holder is a held peer. A lease recreated on
 // behalf of nobody (scale's new ID, a restore after a delete), a lease a
 // scale-down and scale-up wrote over its (fenced) holder, and a lease whose
@@ -68,14 +82,7 @@ func TestPeersOfPlaceholdersHaveNoHolderAndNoAddress(t *testing.T) {
 			{ID: 2, Version: 1, TaskID: "fenced", State: nodeid.PeerNoHolder},
 			{ID: 3, Version: 1, TaskID: "stopped", State: nodeid.PeerNoHolder},
 		}
-		if len(peers) != len(want) {
-			t.Fatalf("peers %+v, want %+v", peers, want)
-		}
-		for i := range want {
-			if peers[i] != want[i] {
-				t.Errorf("peer %d: %+v, want %+v", i, peers[i], want[i])
-			}
-		}
+		checkPeers(t, peers, want)
 	})
 }
 
@@ -105,14 +112,7 @@ func TestPeerWithAHostileTaskIDIsCorrupt(t *testing.T) {
 			{ID: 1, Address: "10.0.0.2:9093", Version: 1, TaskID: arn, State: nodeid.PeerHeld},
 			{ID: 2, State: nodeid.PeerCorrupt},
 		}
-		if len(peers) != len(want) {
-			t.Fatalf("peers %+v, want %+v", peers, want)
-		}
-		for i := range want {
-			if peers[i] != want[i] {
-				t.Errorf("peer %d: %+v, want %+v", i, peers[i], want[i])
-			}
-		}
+		checkPeers(t, peers, want)
 	})
 }
 
