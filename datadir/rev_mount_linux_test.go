@@ -1,0 +1,79 @@
+package datadir
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+const mountRaceChildEnv = "DATADIR_REV_MOUNT_RACE_ROOT"
+
+// Review (rev-datadir), invariants 3 and 5: "a removal never crosses a
+// mount point: before it opens, changes or writes into a directory it
+// compares that directory's device and mount ID with its parent's". The
+// comparison is made on the name (statx), the open is by name afterwards
+// (openDirForRemoval), and nothing checks that the directory opened is the
+// one compared: a mount that arrives over the name in between is entered,
+// and everything on it is deleted.
+//
+// Schedule: GC (Collect of v3, keep 1) removes the valid v1, which holds
+// the directory sub. It renames v1's marker aside, checks v1/sub (same
+// mount: fine). Then, before its openat of sub, a tmpfs holding someone
+// else's file is mounted on v1/sub (strace delays the return of the child's
+// statx calls on v1 by 1.5 s to open that window). GC opens sub (now the
+// mount's root) and deletes the file on the other file system. The file
+// must survive; it is deleted.
+func TestGCNeverDeletesOnAMountThatArrivesAfterTheCheck(t *testing.T) {
+	if root := os.Getenv(mountRaceChildEnv); root != "" {
+		removed, err := Collect(context.Background(), root, inst(0, 3), Options{Keep: 1, Logger: quiet})
+		fmt.Printf("GC-RESULT removed=%v err=%v\n", removed, err)
+		os.Exit(0)
+	}
+	if os.Getuid() != 0 {
+		t.Skip("needs root to mount a tmpfs")
+	}
+	strace, err := exec.LookPath("strace")
+	if err != nil {
+		t.Skip("SKIPPED LOUDLY: needs strace")
+	}
+	root := t.TempDir()
+	v1 := makeVersion(t, root, 0, 1, map[string]string{"sub/x": "ours"}, 1)
+	makeVersion(t, root, 0, 2, map[string]string{"a": "b"}, 2)
+	makeVersion(t, root, 0, 3, map[string]string{"a": "b"}, 3)
+	cmd := exec.Command(strace, "-f", "-qq", "-o", "/dev/null", "-P", v1,
+		"-e", "trace=statx", "-e", "inject=statx:delay_exit=1500000",
+		os.Args[0], "-test.run=^TestGCNeverDeletesOnAMountThatArrivesAfterTheCheck$", "-test.count=1")
+	cmd.Env = append(os.Environ(), mountRaceChildEnv+"="+root)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	awaitPath(t, cmd, &out, filepath.Join(v1, removingName), "renamed the marker of")
+	// GC is in statx(v1, "") (pm), then statx(v1, "sub") (the check),
+	// each returning 1.5 s late: mount once the check has run.
+	time.Sleep(2200 * time.Millisecond)
+	sub := filepath.Join(v1, "sub")
+	if err := syscall.Mount("tmpfs", sub, "tmpfs", 0, "size=1m"); err != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Skipf("mount tmpfs: %v", err)
+	}
+	defer syscall.Unmount(sub, syscall.MNT_DETACH)
+	precious := filepath.Join(sub, "not-ours")
+	if err := os.WriteFile(precious, []byte("another file system's data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	t.Logf("child: %s", strings.TrimSpace(out.String()))
+	if !exists(t, precious) {
+		t.Errorf("GC deleted %s, a file on a tmpfs mounted on v1/sub after its mount check (before its openat): it crossed a mount point", precious)
+	}
+}
