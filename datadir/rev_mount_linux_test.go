@@ -77,3 +77,56 @@ func TestGCNeverDeletesOnAMountThatArrivesAfterTheCheck(t *testing.T) {
 		t.Errorf("GC deleted %s, a file on a tmpfs mounted on v1/sub after its mount check (before its openat): it crossed a mount point", precious)
 	}
 }
+
+const copyMountRaceChildEnv = "DATADIR_REV_COPY_MOUNT_RACE_ROOT"
+
+// Review (rev-datadir), invariant 5 (no write outside the data root): the
+// copy makes a target subdirectory with mkdirat and then opens it by name
+// (openSubdir); nothing checks that what it opened is on the target's
+// mount. A mount that arrives over the new directory in between receives
+// the copy, and validation, which records the inode opened, passes it.
+//
+// Schedule: Prepare of v5 from v4 (which holds sub/x) makes v5/sub; strace
+// delays the return of the child's mkdirat calls by 1.5 s; meanwhile a
+// tmpfs (another file system, not ours) is mounted on v5/sub. Prepare opens
+// v5/sub, now the tmpfs's root, and writes sub/x into it. Nothing may be
+// written on it (Prepare must fail, writing nothing there); it is.
+func TestCopyNeverWritesIntoAMountThatArrivesAfterItsMkdir(t *testing.T) {
+	if root := os.Getenv(copyMountRaceChildEnv); root != "" {
+		_, _, err := Prepare(context.Background(), root, inst(0, 5), Options{Logger: quiet})
+		fmt.Printf("PREPARE-RESULT err=%v\n", err)
+		os.Exit(0)
+	}
+	if os.Getuid() != 0 {
+		t.Skip("needs root to mount a tmpfs")
+	}
+	strace, err := exec.LookPath("strace")
+	if err != nil {
+		t.Skip("SKIPPED LOUDLY: needs strace")
+	}
+	root := t.TempDir()
+	makeVersion(t, root, 0, 4, map[string]string{"sub/x": "ours"}, 4)
+	cmd := exec.Command(strace, "-f", "-qq", "-o", "/dev/null",
+		"-e", "trace=mkdirat", "-e", "inject=mkdirat:delay_exit=1500000",
+		os.Args[0], "-test.run=^TestCopyNeverWritesIntoAMountThatArrivesAfterItsMkdir$", "-test.count=1")
+	cmd.Env = append(os.Environ(), copyMountRaceChildEnv+"="+root)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sub := filepath.Join(Dir(root, inst(0, 5)), "sub")
+	awaitPath(t, cmd, &out, sub, "created")
+	if err := syscall.Mount("tmpfs", sub, "tmpfs", 0, "size=1m"); err != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Skipf("mount tmpfs: %v", err)
+	}
+	defer syscall.Unmount(sub, syscall.MNT_DETACH)
+	cmd.Wait()
+	t.Logf("child: %s", strings.TrimSpace(out.String()))
+	if names, _ := os.ReadDir(sub); len(names) > 0 {
+		t.Errorf("Prepare wrote %v into a tmpfs mounted on v5/sub after its mkdirat: a write outside the data root (child: %s)",
+			names, strings.TrimSpace(out.String()))
+	}
+}
