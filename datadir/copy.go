@@ -262,6 +262,13 @@ func (t *tree) openSubdir(parent *dirJob, name, rel string) (_ *dirJob, st unix.
 		return nil, st, err
 	}
 	d, err := openDirAt(parent.dst, name)
+	if err == nil {
+		// Something may have been mounted over the name since mkdirat:
+		// nothing is written, chmodded or recorded there.
+		if err = checkNotMount(d, "", t.dstMount); err != nil {
+			d.Close()
+		}
+	}
 	if err != nil {
 		s.Close()
 		return nil, st, err

@@ -93,8 +93,11 @@ type Options struct {
 	Rules CopyRules
 
 	// VerifyContent makes validation compare every copied file byte by byte
-	// with its source instead of only checking presence and size. It reads
-	// both trees once more.
+	// with its source after a graceful takeover too (where files are copied
+	// only when they cannot be linked). After an ungraceful one copied
+	// files are always compared: a stale holder's stores through a shared
+	// mmap move no stamp, so only the bytes show a copy it tore. It reads
+	// both copies once more.
 	VerifyContent bool
 
 	// Keep is the number of valid versions that garbage collection keeps,
@@ -194,7 +197,7 @@ func (o Options) config() (*config, error) {
 		graceful:      o.PreviousGraceful,
 		settle:        o.SettleTime,
 		rules:         CopyRules{SkipSegment: slices.Clone(o.Rules.SkipSegment), LinkAfterCrashSegment: slices.Clone(o.Rules.LinkAfterCrashSegment)},
-		verifyContent: o.VerifyContent,
+		verifyContent: o.VerifyContent || !o.PreviousGraceful,
 		keep:          o.Keep,
 		dirMode:       o.DirMode,
 		workers:       o.Workers,

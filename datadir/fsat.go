@@ -93,6 +93,15 @@ func makeDir(dir *os.File, name string, mode fs.FileMode, fresh bool) (*os.File,
 	if err != nil {
 		return nil, err
 	}
+	// Nor a mount that arrived over the name since mkdirat.
+	pm, err := mountOf(int(dir.Fd()), "")
+	if err == nil {
+		err = checkNotMount(d, "", pm)
+	}
+	if err != nil {
+		d.Close()
+		return nil, err
+	}
 	if fresh {
 		switch empty, err := isEmpty(d); {
 		case err != nil:
@@ -208,7 +217,9 @@ func removeAllAt(dir *os.File, name string) error {
 		return nil
 	}
 	// Never into another file system (or a bind mount): nothing on it is
-	// ours. Checked before the directory is opened or made writable.
+	// ours. Checked on the name before the directory is opened, and on
+	// what was opened before it is made writable or read: a mount may
+	// arrive between the two.
 	pm, err := mountOf(int(dir.Fd()), "")
 	if err != nil {
 		return err
@@ -216,7 +227,7 @@ func removeAllAt(dir *os.File, name string) error {
 	if err := checkNotMount(dir, name, pm); err != nil {
 		return err
 	}
-	sub, err := openDirForRemoval(dir, name)
+	sub, err := openDirForRemoval(dir, name, pm)
 	if err != nil {
 		return err
 	}
@@ -276,14 +287,24 @@ func rmdirAt(parent *os.File, name string, d *os.File) error {
 // application) would otherwise keep a version from being collected for
 // good. A directory we cannot even open (mode 0) is opened with O_PATH and
 // changed through /proc/self/fd, which names that inode and no other.
-func openDirForRemoval(dir *os.File, name string) (*os.File, error) {
+func openDirForRemoval(dir *os.File, name string, parent mountID) (*os.File, error) {
 	d, err := openDirAt(dir, name)
+	if err == nil {
+		if err = checkNotMount(d, "", parent); err != nil {
+			d.Close()
+			return nil, err
+		}
+	}
 	if errors.Is(err, unix.EACCES) {
 		fd, perr := unix.Openat(int(dir.Fd()), name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		if perr != nil {
 			return nil, err
 		}
 		var st unix.Stat_t
+		if perr = checkFdNotMount(fd, name, parent); perr != nil {
+			unix.Close(fd)
+			return nil, perr
+		}
 		if perr = unix.Fstat(fd, &st); perr == nil {
 			perr = unix.Chmod(fmt.Sprintf("/proc/self/fd/%d", fd), st.Mode&0o7777|0o700)
 		}

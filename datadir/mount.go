@@ -43,6 +43,19 @@ func checkNotMount(dir *os.File, name string, parent mountID) error {
 	return nil
 }
 
+// checkFdNotMount is checkNotMount for an open descriptor fd (of name),
+// judged against parent.
+func checkFdNotMount(fd int, name string, parent mountID) error {
+	m, err := mountOf(fd, "")
+	if err != nil {
+		return err
+	}
+	if parent.crosses(m) {
+		return fmt.Errorf("%s: %w", name, errMountPoint)
+	}
+	return nil
+}
+
 // checkVersionNotMount fails with errMountPoint if the version directory d
 // (open, in node) is a mount point or, as far as the mount table says,
 // holds one: then nothing of it is removed.

@@ -46,6 +46,9 @@ type tree struct {
 	// the broker follows, and only this preparation writes it, while a
 	// stale holder may swap a source link between two checks.
 	dstRoot *os.Root
+	// The mount the target lies on: every directory the copy makes in it
+	// must lie there too, not on something mounted over it meanwhile.
+	dstMount mountID
 
 	pool   *pool // runs the walk's tasks on up to Workers goroutines
 	errMu  sync.Mutex
@@ -207,6 +210,9 @@ func (t *tree) copyAndValidate(res *Result) (err error) {
 		return fmt.Errorf("datadir: %w", err)
 	}
 	defer t.dstRoot.Close()
+	if t.dstMount, err = mountOf(int(t.dstDir.Fd()), ""); err != nil {
+		return fmt.Errorf("datadir: %w", err)
+	}
 	t.copies = map[inodeKey]*firstCopy{}
 	t.held = map[*os.File]*os.File{}
 	t.made = map[string]made{}
