@@ -28,5 +28,8 @@ COPY --from=build --chown=65532:65532 /out/var/lib/nodeid /var/lib/nodeid
 # On ECS a task-local bind mount at a VOLUME path starts with the image's
 # content and ownership, so a non-root nodeid-init can write there.
 VOLUME ["/var/lib/nodeid"]
+LABEL org.opencontainers.image.title="nodeid-init" \
+      org.opencontainers.image.source="https://github.com/nodeid/nodeid" \
+      org.opencontainers.image.licenses="Apache-2.0"
 USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/nodeid-init"]

@@ -896,6 +896,7 @@ func TestECSImageDockerfile(t *testing.T) {
 		"COPY --from=build --chown=65532:65532 /out/var/lib/nodeid /var/lib/nodeid\n",
 		"mkdir -p /out/var/lib/nodeid",
 		`VOLUME ["/var/lib/nodeid"]`,
+		`org.opencontainers.image.licenses="Apache-2.0"`,
 		"USER 65532:65532\n",
 		`ENTRYPOINT ["/usr/local/bin/nodeid-init"]`,
 	} {
