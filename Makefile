@@ -9,7 +9,9 @@ $(error no line const Version = "..." in internal/versitygw/versitygw.go)
 endif
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Stamped into nodeid-init by scripts/build.sh (which holds the build flags);
-# computed once per make run, e.g. make release VERSION=v1.2.3
+# computed once per make run: by default the VERSION file, e.g. 0.1.0 (so
+# make release writes dist/nodeid-init-0.1.0-linux-amd64 and make image tags
+# 0.1.0); override with e.g. make release VERSION=1.2.3
 VERSION ?= $(shell scripts/build.sh --version)
 COMMIT ?= $(shell scripts/build.sh --commit)
 VERSION := $(VERSION)
