@@ -22,7 +22,8 @@ RELEASE_ARCHES ?= amd64 arm64
 
 .PHONY: all build release image demo test test-short stress lint versitygw test-tools bench bench-datadir bench-efs-handover chaos clean sim sim-teeth fuzz docs-check
 
-all: build test
+## all (the default): build only; nothing installed (make test installs what tests need)
+all: build
 
 ## build: compile every package, and nodeid-init (static, stamped) into bin/
 build:
@@ -52,8 +53,10 @@ image:
 		-layout dist/oci -tar dist/nodeid-init-image.tar
 
 ## demo: three supervised tasks on an S3 server embedded in the demo, a lease
-## overwritten, the cluster healing; no AWS account, ends by itself in ~10 s
-demo: build
+## overwritten, the cluster healing; no AWS account, ends by itself in ~10 s.
+## Compiles only what it runs: bin/nodeid-init (stamped) and the demo
+demo:
+	$(BUILD) bin/nodeid-init
 	$(GO) run ./cmd/nodeid-demo -nodeid-init bin/nodeid-init
 
 ## versitygw: install the S3-compatible server the integration tests run against

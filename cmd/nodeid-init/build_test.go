@@ -196,3 +196,40 @@ func TestMakeUsesTheVERSIONFile(t *testing.T) {
 		}
 	}
 }
+
+// make without a target only builds (nothing installed, no test run), and
+// make demo compiles only nodeid-init and the demo, not every package
+// (make -n: printed, not run).
+func TestMakeDefaultAndDemoOnlyBuild(t *testing.T) {
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("no make")
+	}
+	dryRun := func(target ...string) string {
+		t.Helper()
+		cmd := exec.Command("make", append([]string{"-n", "-C", filepath.Join("..", "..")}, target...)...)
+		cmd.Env = envWithout("GO", "MAKEFLAGS", "MFLAGS")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("make -n %v: %v\n%s", target, err, out)
+		}
+		return string(out)
+	}
+	for name, c := range map[string]struct {
+		out       string
+		want, not []string
+	}{
+		"make":      {dryRun(), []string{"go build ./...", "scripts/build.sh bin/nodeid-init"}, []string{"go test", "go install", "apt-get", "versitygw"}},
+		"make demo": {dryRun("demo"), []string{"scripts/build.sh bin/nodeid-init", "go run ./cmd/nodeid-demo -nodeid-init bin/nodeid-init"}, []string{"go build ./...", "go test", "go install", "apt-get"}},
+	} {
+		for _, w := range c.want {
+			if !strings.Contains(c.out, w) {
+				t.Errorf("%s -n does not show %q:\n%s", name, w, c.out)
+			}
+		}
+		for _, w := range c.not {
+			if strings.Contains(c.out, w) {
+				t.Errorf("%s -n shows %q:\n%s", name, w, c.out)
+			}
+		}
+	}
+}
