@@ -1,9 +1,9 @@
 # nodeid-init as a container image, for people who build their own:
 #
-#   docker build --build-arg VERSION=1.0.0 -t nodeid-init:1.0.0 .
+#   docker build --build-arg VERSION=0.1.0 -t nodeid-init:0.1.0 .
 #
-# The official image is built without Docker (go-containerregistry) with the
-# same layout; keep the two in step:
+# make image (cmd/nodeid-image, docs/image.md) builds the image without Docker
+# (go-containerregistry) with the same layout; keep the two in step:
 #   /usr/local/bin/nodeid-init   static binary (CGO_ENABLED=0, -trimpath)
 #   user 65532:65532             non-root ("nonroot" in distroless)
 #   /var/lib/nodeid              owned by 65532, for the lease, env and hand-off files
@@ -28,5 +28,8 @@ COPY --from=build --chown=65532:65532 /out/var/lib/nodeid /var/lib/nodeid
 # On ECS a task-local bind mount at a VOLUME path starts with the image's
 # content and ownership, so a non-root nodeid-init can write there.
 VOLUME ["/var/lib/nodeid"]
+LABEL org.opencontainers.image.title="nodeid-init" \
+      org.opencontainers.image.source="https://github.com/nodeid/nodeid" \
+      org.opencontainers.image.licenses="Apache-2.0"
 USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/nodeid-init"]

@@ -9,7 +9,9 @@ $(error no line const Version = "..." in internal/versitygw/versitygw.go)
 endif
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Stamped into nodeid-init by scripts/build.sh (which holds the build flags);
-# computed once per make run, e.g. make release VERSION=v1.2.3
+# computed once per make run: by default the VERSION file, e.g. 0.1.0 (so
+# make release writes dist/nodeid-init-0.1.0-linux-amd64 and make image tags
+# 0.1.0); override with e.g. make release VERSION=1.2.3
 VERSION ?= $(shell scripts/build.sh --version)
 COMMIT ?= $(shell scripts/build.sh --commit)
 VERSION := $(VERSION)
@@ -20,7 +22,8 @@ RELEASE_ARCHES ?= amd64 arm64
 
 .PHONY: all build release image demo test test-short stress lint versitygw test-tools bench bench-datadir bench-efs-handover chaos clean sim sim-teeth fuzz docs-check
 
-all: build test
+## all (the default): build only; nothing installed (make test installs what tests need)
+all: build
 
 ## build: compile every package, and nodeid-init (static, stamped) into bin/
 build:
@@ -50,8 +53,10 @@ image:
 		-layout dist/oci -tar dist/nodeid-init-image.tar
 
 ## demo: three supervised tasks on an S3 server embedded in the demo, a lease
-## overwritten, the cluster healing; no AWS account, ends by itself in ~10 s
-demo: build
+## overwritten, the cluster healing; no AWS account, ends by itself in ~10 s.
+## Compiles only what it runs: bin/nodeid-init (stamped) and the demo
+demo:
+	$(BUILD) bin/nodeid-init
 	$(GO) run ./cmd/nodeid-demo -nodeid-init bin/nodeid-init
 
 ## versitygw: install the S3-compatible server the integration tests run against

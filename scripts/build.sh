@@ -4,14 +4,16 @@
 #   scripts/build.sh OUT [GOOS GOARCH]   static (CGO_ENABLED=0), -trimpath, stamped
 #   scripts/build.sh --version           the version it would stamp
 #   scripts/build.sh --commit            the commit it would stamp
-# VERSION and COMMIT from the environment win; else git describe --tags
-# --always --dirty and the 12-char HEAD ("dev" and "unknown" outside git).
+# VERSION and COMMIT from the environment win; else the VERSION file at the
+# root (one line, e.g. 0.1.0: no git tags needed) and the 12-char HEAD
+# ("dev" without the file, "unknown" outside git).
 set -euo pipefail
 out=${1:-}
 [[ -z "$out" || "$out" == /* || "$out" == -* ]] || out=$PWD/$out
 cd "$(dirname "$0")/.."
 
-: "${VERSION:=$(git describe --tags --always --dirty 2>/dev/null || echo dev)}"
+: "${VERSION:=$(tr -d '[:space:]' 2>/dev/null < VERSION || true)}"
+: "${VERSION:=dev}"
 : "${COMMIT:=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}"
 
 case "$out" in

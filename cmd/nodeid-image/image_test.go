@@ -139,6 +139,9 @@ func TestImage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if got := im.Annotations["org.opencontainers.image.licenses"]; got != "Apache-2.0" {
+		t.Errorf("index annotation org.opencontainers.image.licenses = %q, want Apache-2.0", got)
+	}
 	var platforms []string
 	images := map[string]v1.Image{}
 	for _, d := range im.Manifests {
@@ -180,6 +183,7 @@ func TestImage(t *testing.T) {
 			"org.opencontainers.image.version":  testVersion,
 			"org.opencontainers.image.revision": testRevision,
 			"org.opencontainers.image.source":   "https://github.com/nodeid/nodeid",
+			"org.opencontainers.image.licenses": "Apache-2.0",
 		} {
 			if c.Labels[k] != v {
 				t.Errorf("%s: label %s = %q, want %q", arch, k, c.Labels[k], v)

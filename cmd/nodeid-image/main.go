@@ -37,6 +37,7 @@ const (
 	leaseDir   = "var/lib/nodeid"
 	uid        = 65532
 	userName   = "nonroot"
+	license    = "Apache-2.0"
 )
 
 func main() {
@@ -133,6 +134,8 @@ func labels(o options) map[string]string {
 		"org.opencontainers.image.version": o.version,
 		"org.opencontainers.image.source":  o.source,
 		"org.opencontainers.image.created": o.created.Format(time.RFC3339),
+		// SPDX expression of LICENSE at the repository root
+		"org.opencontainers.image.licenses": license,
 	}
 	if o.revision != "" {
 		l["org.opencontainers.image.revision"] = o.revision

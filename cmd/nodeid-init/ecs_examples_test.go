@@ -89,7 +89,7 @@ func TestECSCheckerRefusesBadExamples(t *testing.T) {
   "containerDefinitions": [
     {
       "name": "nodeid-acquire",
-      "image": "123456789012.dkr.ecr.eu-west-1.amazonaws.com/nodeid-init:1.0.0",
+      "image": "123456789012.dkr.ecr.eu-west-1.amazonaws.com/nodeid-init:0.1.0",
       "essential": false,
       "command": ["acquire"],
       "environment": [
@@ -881,7 +881,7 @@ func checkContainer(c *containerDefinition, td *taskDefinition) (errs []string) 
 // TestECSImageDockerfile builds nodeid-init the way the Dockerfile's builder
 // stage does (its go build line, VERSION set) and checks what docs/ecs.md
 // says of the image: the version reaches `nodeid-init version`, the binary
-// is static, and the final stage keeps the official image's layout. It does
+// is static, and the final stage keeps the layout of the image make image builds. It does
 // not run Docker.
 func TestECSImageDockerfile(t *testing.T) {
 	df, err := os.ReadFile(filepath.Join("..", "..", "Dockerfile"))
@@ -896,6 +896,7 @@ func TestECSImageDockerfile(t *testing.T) {
 		"COPY --from=build --chown=65532:65532 /out/var/lib/nodeid /var/lib/nodeid\n",
 		"mkdir -p /out/var/lib/nodeid",
 		`VOLUME ["/var/lib/nodeid"]`,
+		`org.opencontainers.image.licenses="Apache-2.0"`,
 		"USER 65532:65532\n",
 		`ENTRYPOINT ["/usr/local/bin/nodeid-init"]`,
 	} {
