@@ -615,9 +615,11 @@ func TestValidation(t *testing.T) {
 		{"same size, other content, verified", Options{VerifyContent: true}, func(t *testing.T, _, dst string) {
 			writeFiles(t, dst, map[string]string{"log/seg": "0123456780"})
 		}, true},
-		{"same size, other content, size check only", Options{}, func(t *testing.T, _, dst string) {
+		// A copy after a crash is always compared byte by byte: a stale
+		// holder's stores through a shared mapping move no stamp.
+		{"same size, other content, after a crash", Options{}, func(t *testing.T, _, dst string) {
 			writeFiles(t, dst, map[string]string{"log/seg": "0123456780"})
-		}, false},
+		}, true},
 		{"untouched, verified", Options{VerifyContent: true}, func(*testing.T, string, string) {}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
