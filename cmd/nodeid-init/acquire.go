@@ -55,6 +55,7 @@ func cmdAcquire(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer sess.logw.Close(logFlushTimeout)
+	defer sess.awaitLossHandled()
 	sess.leaseFile = s.leaseFile
 	defer sess.stopWaiting()
 	p := sess.provider

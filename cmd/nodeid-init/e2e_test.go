@@ -667,9 +667,16 @@ func TestABrokerIgnoringSigtermIsKilledAfterTheStopTimeout(t *testing.T) {
 // ungracefully and must prepare it from that v1. It returns v1's path.
 func (c *cluster) deadHolderOfV1(t *testing.T, root string) string {
 	t.Helper()
+	return c.deadHolderOfV1Leasing(t, root, 2*time.Second)
+}
+
+// deadHolderOfV1Leasing is deadHolderOfV1 in a cluster initialized with
+// lease duration l.
+func (c *cluster) deadHolderOfV1Leasing(t *testing.T, root string, l time.Duration) string {
+	t.Helper()
 	repo := c.repo()
 	ctx := context.Background()
-	if err := nodeid.Initialize(ctx, repo, 1, "setup", 2*time.Second); err != nil {
+	if err := nodeid.Initialize(ctx, repo, 1, "setup", l); err != nil {
 		t.Fatal(err)
 	}
 	rec, _ := repo.Get(ctx, 0)

@@ -62,6 +62,7 @@ func cmdRenew(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer sess.logw.Close(logFlushTimeout)
+	defer sess.awaitLossHandled()
 	sess.leaseFile = s.leaseFile
 	p := sess.provider
 	inst, err := p.Adopt(ctx, h)
@@ -75,7 +76,7 @@ func cmdRenew(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return sess.lossExit(err)
 	case sig := <-sigs:
 		sess.log.Info("releasing on signal", "signal", sig.String())
-		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		cctx, cancel := sess.releaseContext()
 		defer cancel()
 		if err := p.Close(cctx); err != nil {
 			return fmt.Errorf("release: %w", err)

@@ -87,6 +87,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	defer sess.logw.Close(logFlushTimeout)
+	defer sess.awaitLossHandled() // on every path, before the log's last flush
 	go sess.relaySignals(ctx, passed)
 	if defaultLease {
 		path, cleanup, err := claimDefaultLeaseFile(sess.log)
@@ -135,7 +136,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return fmt.Errorf("the command was not started: cannot write the lease file: %w", err)
 	}
 	release := func() {
-		cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+		cctx, ccancel := sess.releaseContext()
 		defer ccancel()
 		sess.closeProvider(cctx)
 	}
@@ -324,7 +325,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			}
 			if err != nil {
 				// The successor then copies instead of hard-linking.
-				cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+				cctx, ccancel := context.WithTimeout(context.Background(), minReleaseTimeout)
 				if _, herr := p.HandOff(cctx); herr != nil {
 					err = errors.Join(err, herr)
 				}

@@ -162,16 +162,37 @@ func (sess *session) handleLost(err error) {
 // awaitLossHandled waits, once the tree is dead, until the provider has
 // finished the loss: its log line and the restore of a deleted or corrupt
 // object's version run after the fence (OnFence), and exiting before them
-// would cut the restore short. Bounded: the restore is bounded by the old
-// deadline, at most L away.
+// would cut the restore short and let the next holder start from a lower
+// version. Every command that takes a lease defers it, so no exit path
+// (a loss before the command started, during the preparation, ...) skips
+// it. Bounded: the restore is bounded by the old deadline, at most L away.
 func (sess *session) awaitLossHandled() {
 	if !errors.Is(sess.provider.Err(), nodeid.ErrLeaseLost) {
-		return // the lease file ended the tenure: no provider loss to wait for
+		return // no loss, or the lease file ended the tenure: nothing to wait for
 	}
 	select {
 	case <-sess.lostHandled:
-	case <-time.After(sess.cfg.LeaseDuration + 2*time.Second):
+	case <-time.After(sess.provider.Config().LeaseDuration + 2*time.Second):
 	}
+}
+
+// minReleaseTimeout bounds a release or hand-off whose lease has little or
+// no validity left.
+const minReleaseTimeout = 10 * time.Second
+
+// releaseContext bounds a release. A release that finds the object deleted,
+// or replaced below our version, restores our version (the provider's
+// recreateDeleted), which may retry until the self-fence deadline: the bound
+// must not end before the provider's own, or the process exits with the
+// version gone. At least minReleaseTimeout; at most L plus the margin.
+func (sess *session) releaseContext() (context.Context, context.CancelFunc) {
+	p := sess.provider
+	cfg := p.Config()
+	timeout := minReleaseTimeout
+	if deadline, held := p.Deadline(); held {
+		timeout = max(timeout, deadline.Sub(cfg.Clock.Now())+cfg.SafetyMargin+time.Second)
+	}
+	return context.WithTimeout(context.Background(), timeout)
 }
 
 // lossErr is the reason the tenure ended like a loss, or nil: the lease was
@@ -193,7 +214,7 @@ func (sess *session) lossErr() error {
 // the successor copies rather than links. After a data refusal it is left to
 // expire too: the data root's state is for an operator to sort out.
 func (sess *session) giveBack(prepared bool) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := sess.releaseContext()
 	defer cancel()
 	p := sess.provider
 	if sess.dataRefused {
