@@ -27,7 +27,8 @@ import (
 var fsHung atomic.Bool
 
 // hangExitGrace bounds what happens between a hang and the exit (stopping
-// the renewals, one log line): none of it may keep the process alive.
+// the renewals, one log line): none of it may keep the process alive. Only
+// a loss the provider is still finishing may (exitHung).
 const hangExitGrace = 3 * time.Second
 
 // hangExitPause holds the exit after health turned unhealthy, so a test
@@ -67,7 +68,7 @@ func (sess *session) abandonOnHang(phase string, cause error) {
 	}
 	// Nothing below may delay the exit: not a renewal in flight, not a
 	// log writer that blocks.
-	time.AfterFunc(hangExitGrace, func() { os.Exit(exitFSHung) })
+	time.AfterFunc(hangExitGrace, sess.exitHung)
 	// Fence before the hand-off stops the watchdog: a command started
 	// from here on (a preparation that returned just now) is killed by
 	// fence.started, not left running without a watchdog after our exit.
@@ -85,6 +86,16 @@ func (sess *session) abandonOnHang(phase string, cause error) {
 	// drops the line above. The exit timer still fires at hangExitGrace.
 	sess.logw.Close(time.Second)
 	time.Sleep(hangExitPause)
+	sess.exitHung()
+}
+
+// exitHung exits with exitFSHung, but not while the provider is finishing
+// a loss: the restore of a deleted object's version talks to S3 only, and
+// exiting before it ends lets the next holder start from a lower version.
+// The kill came first (abandonOnHang, or OnFence on the loss); the wait is
+// bounded by L + 2 s.
+func (sess *session) exitHung() {
+	sess.awaitLossHandled()
 	os.Exit(exitFSHung)
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -54,48 +55,47 @@ func cmdRelease(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 	}
 	rec, gerr := repo.Get(ctx, node)
-	missing := errors.Is(gerr, nodeid.ErrNotFound)
-	corrupt := errors.Is(gerr, nodeid.ErrCorruptLease)
-	if gerr != nil && !missing && !corrupt {
+	state := objectStateOf(rec, gerr)
+	if gerr != nil && state == "" {
 		return gerr
 	}
-	if (missing || corrupt) && atLeast == 0 {
-		return unknownVersion(node, corrupt, s.dataRoot)
+	if state != "" && state != "unusable" && atLeast == 0 {
+		return unknownVersion(node, state, s.dataRoot)
 	}
 	cluster, err := clusterLease(ctx, repo)
 	if err != nil {
 		return err
 	}
-	unusable := gerr == nil && !rec.Lease.Acquirable
-	if gerr == nil && !unusable {
+	unusable := state == "unusable"
+	if state == "" {
 		if live, ago := liveHolder(rec, s.leaseDuration, cluster); live && !s.yes && !s.dryRun {
 			return usagef("node %d is held by %s (v%d), renewed %v ago, within its lease duration: it looks alive. A live holder keeps writing until its next renewal fails; add --yes only if it is known to be dead",
 				node, rec.Lease.TaskID, rec.Lease.Instance.Version, ago.Round(time.Second))
 		}
 	} else if !s.yes && !s.dryRun {
-		if why := lastHolderMayBeValid(rec, missing, corrupt, s.leaseDuration, cluster); why != "" {
+		if why := lastHolderMayBeValid(rec, state, s.leaseDuration, cluster); why != "" {
 			return usagef("node %d %s: its last holder may still be valid; add --yes only if it is known to be dead", node, why)
 		}
 	}
 	if s.dryRun {
-		state := "missing (it would be created)"
+		what := "missing (it would be created)"
 		switch {
-		case gerr != nil && !missing:
-			state = "corrupt"
+		case gerr != nil && !errors.Is(gerr, nodeid.ErrNotFound):
+			what = "corrupt"
 		case gerr == nil && rec.Lease.Held():
-			state = fmt.Sprintf("held by %s at v%d", rec.Lease.TaskID, rec.Lease.Instance.Version)
+			what = fmt.Sprintf("held by %s at v%d", rec.Lease.TaskID, rec.Lease.Instance.Version)
 			if live, ago := liveHolder(rec, s.leaseDuration, cluster); live {
-				state += fmt.Sprintf(", renewed %v ago: it would be FENCED (needs --yes)", ago.Round(time.Second))
+				what += fmt.Sprintf(", renewed %v ago: it would be FENCED (needs --yes)", ago.Round(time.Second))
 			}
 		case gerr == nil:
-			state = fmt.Sprintf("released at v%d", rec.Lease.Instance.Version)
+			what = fmt.Sprintf("released at v%d", rec.Lease.Instance.Version)
 		}
-		if gerr != nil || unusable {
-			if why := lastHolderMayBeValid(rec, missing, corrupt, s.leaseDuration, cluster); why != "" {
-				state += fmt.Sprintf("; needs --yes: it %s", why)
+		if state != "" {
+			if why := lastHolderMayBeValid(rec, state, s.leaseDuration, cluster); why != "" {
+				what += fmt.Sprintf("; needs --yes: it %s", why)
 			}
 		}
-		fmt.Fprintf(stdout, "dry run: would force-release node %d (%s) at version %d or the highest version a peer knows, if higher\n", node, state, max(atLeast, int64(rec.Lease.Instance.Version)))
+		fmt.Fprintf(stdout, "dry run: would force-release node %d (%s) at version %d or the highest version a peer knows, if higher\n", node, what, max(atLeast, int64(rec.Lease.Instance.Version)))
 		return nil
 	}
 	// The release writes only over the object the guard judged (its ETag;
@@ -105,7 +105,7 @@ func cmdRelease(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return fmt.Errorf("node %d changed since it was checked; nothing was written over it; run again", node)
 	}
 	if errors.Is(err, nodeid.ErrVersionUnknown) {
-		return unknownVersion(node, !missing, s.dataRoot)
+		return unknownVersion(node, cmp.Or(state, "corrupt"), s.dataRoot)
 	}
 	if err != nil {
 		return err
@@ -118,13 +118,39 @@ func cmdRelease(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	return nil
 }
 
-// unknownVersion is the error of a release of a missing or corrupt object
-// with no version given: what the peers know may be older than the last
-// holder's version, so the operator must say (exit 2).
-func unknownVersion(node int, corrupt bool, dataRoot string) error {
-	what := "missing"
-	if corrupt {
-		what = "corrupt"
+// objectStateOf names what an object is when its lease names no holder the
+// guards can judge, or "" for a lease that does (held or released by a
+// holder at a version):
+//   - "missing", "corrupt": nothing to read;
+//   - "unusable": scaled down, perhaps while held;
+//   - "without a version": it records version 0 (an empty body without
+//     Camunda's metadata, or an object never held): like a missing one it
+//     says neither the last holder's version nor, if the body was written
+//     over a holder, whether that holder is still valid.
+func objectStateOf(rec nodeid.Record, err error) string {
+	switch {
+	case errors.Is(err, nodeid.ErrNotFound):
+		return "missing"
+	case errors.Is(err, nodeid.ErrCorruptLease):
+		return "corrupt"
+	case err != nil:
+		return ""
+	case !rec.Lease.Acquirable:
+		return "unusable"
+	case rec.Lease.Instance.Version == 0:
+		return "without a version"
+	}
+	return ""
+}
+
+// unknownVersion is the error of a release of an object that records no
+// version (missing, corrupt, or at version 0) with no version given: what the
+// peers know may be older than the last holder's version, so the operator
+// must say (exit 2).
+func unknownVersion(node int, state, dataRoot string) error {
+	what := state
+	if state == "without a version" {
+		what = "at version 0 (an empty body, or never held)"
 	}
 	if dataRoot != "" {
 		return usagef("node %d: the object is %s and %s has no valid node-%d/vK, so its version is unknown (peers may know only an older one); pass --version V, the last holder's version", node, what, dataRoot, node)
@@ -139,13 +165,16 @@ func unknownVersion(node int, corrupt bool, dataRoot string) error {
 // >= the longest lease duration known + 1 s (nodeid.HolderDuration). A
 // missing object has no time to judge. It returns why the holder may be
 // valid, or "".
-func lastHolderMayBeValid(rec nodeid.Record, missing, corrupt bool, own, cluster time.Duration) string {
-	if missing {
+func lastHolderMayBeValid(rec nodeid.Record, state string, own, cluster time.Duration) string {
+	if state == "missing" {
 		return "has no lease object, so when it was last written is unknown (a live holder writes its version back)"
 	}
-	what := "is corrupt"
-	if !corrupt {
+	what := "is " + state
+	switch state {
+	case "unusable":
 		what = "is unusable (scaled down)"
+	case "without a version":
+		what = "records no version (an empty body, or never held)"
 	}
 	if rec.ServerDate.IsZero() || rec.LastModified.IsZero() {
 		return what + " and S3 gave no Date or Last-Modified to judge it by"

@@ -167,12 +167,13 @@ func (sess *session) handleLost(err error) {
 // (a loss before the command started, during the preparation, ...) skips
 // it. Bounded: the restore is bounded by the old deadline, at most L away.
 func (sess *session) awaitLossHandled() {
-	if !errors.Is(sess.provider.Err(), nodeid.ErrLeaseLost) {
+	p := sess.currentProvider()
+	if p == nil || !errors.Is(p.Err(), nodeid.ErrLeaseLost) {
 		return // no loss, or the lease file ended the tenure: nothing to wait for
 	}
 	select {
 	case <-sess.lostHandled:
-	case <-time.After(sess.provider.Config().LeaseDuration + 2*time.Second):
+	case <-time.After(p.Config().LeaseDuration + 2*time.Second):
 	}
 }
 
