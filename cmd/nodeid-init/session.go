@@ -104,6 +104,7 @@ func newSession(ctx context.Context, s *settings, stderr io.Writer) (_ *session,
 	if err := s.probe(ctx, sess.repo, sess.log); err != nil {
 		return nil, err
 	}
+	s.warnRootLeases(ctx, sess.repo, sess.log)
 	// After the probe, so that bad input still gets one line on stderr.
 	var source string
 	if cfg.Address, source = resolveAddress(ctx, s, defaultAddressSources(), sess.log); cfg.Address != "" {
