@@ -87,6 +87,7 @@ func newSession(ctx context.Context, s *settings, stderr io.Writer) (_ *session,
 	}
 	sess := &session{s: s, cfg: cfg, log: log, logw: lw, metrics: newMetrics(), lost: make(chan error, 1), lostHandled: make(chan struct{})}
 	registerLogDrops(sess.metrics.reg, lw)
+	registerFenceLeft(sess.metrics.reg, sess.fenceLeft)
 	sess.metrics.clusterSize.Set(float64(cfg.ClusterSize))
 	if s.metricsAddr != "" {
 		if err := serveHealth(ctx, s.metricsAddr, sess.metrics, sess.currentProvider, sess.leaseFileOK, log); err != nil {
@@ -136,6 +137,17 @@ func (sess *session) currentProvider() *nodeid.Provider {
 	sess.mu.Lock()
 	defer sess.mu.Unlock()
 	return sess.provider
+}
+
+// fenceLeft is the time left before the self-fence deadline, and whether a
+// lease is held.
+func (sess *session) fenceLeft() (time.Duration, bool) {
+	p := sess.currentProvider()
+	if p == nil {
+		return 0, false
+	}
+	deadline, held := p.Deadline()
+	return deadline.Sub(p.Config().Clock.Now()), held
 }
 
 // whenLost registers an action to run the moment the lease is lost.
