@@ -149,9 +149,10 @@ fuzz:
 
 ## docs-check: every NODEID_ variable, nodeid-init command line, make target and
 ## path in README.md and docs/ exists, and every ECS task or container definition
-## there is valid, and the Dockerfile builds what docs/ecs.md says (also part of make test)
+## there is valid, the Dockerfile builds what docs/ecs.md says, and the alert rules and
+## the Grafana dashboard name only metrics nodeid-init serves (also part of make test)
 docs-check:
-	set -o pipefail; $(GO) test ./cmd/nodeid-init -run '^(TestDocsMatchTheCode|TestECS[A-Za-z]*|TestAlertRulesInDocs)$$' -count=1 -v | grep -E 'checked|FAIL|ok'
+	set -o pipefail; $(GO) test ./cmd/nodeid-init -run '^(TestDocsMatchTheCode|TestECS[A-Za-z]*|TestAlertRulesInDocs|TestGrafanaDashboardUsesServedMetrics|TestPromQLMetricNames)$$' -count=1 -v | grep -E 'checked|FAIL|ok'
 
 clean:
 	rm -rf bin dist

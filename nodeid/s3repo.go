@@ -249,6 +249,22 @@ func (r *S3Repository) Marker(ctx context.Context) (ClusterMarker, error) {
 	return m, nil
 }
 
+// MarkerAt reports whether the cluster marker exists under another prefix
+// of the same bucket, e.g. "" for Camunda's leases at the bucket root. One
+// LIST of at most one key: the least-privilege policy grants s3:ListBucket
+// on the whole bucket but GetObject only under the configured prefix.
+func (r *S3Repository) MarkerAt(ctx context.Context, prefix string) (bool, error) {
+	key := MarkerKey(prefix)
+	cctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	out, err := r.client.ListObjectsV2(cctx, &s3.ListObjectsV2Input{Bucket: &r.bucket, Prefix: &key, MaxKeys: aws.Int32(1)}, r.count)
+	if err != nil {
+		return false, classify("list", key, err)
+	}
+	// The exact key sorts first among the keys it prefixes.
+	return len(out.Contents) > 0 && aws.ToString(out.Contents[0].Key) == key, nil
+}
+
 // CreateMarker implements Repository.
 func (r *S3Repository) CreateMarker(ctx context.Context, m ClusterMarker) error {
 	_, err := r.put(ctx, "create", MarkerKey(r.prefix), m.Encode(), nil, "", true)

@@ -202,6 +202,28 @@ func (s *settings) warnPrefix(log *slog.Logger) {
 	}
 }
 
+// warnRootLeases warns when the bucket root holds Camunda's (or an
+// unprefixed nodeid cluster's) marker while a prefix is configured: nodeid
+// would then bootstrap a second, independent lease set under the prefix and
+// hand out IDs the root's brokers hold too (docs/migration.md, condition 4).
+// One LIST at start-up; a failure (e.g. a policy without s3:ListBucket)
+// only skips the check.
+func (s *settings) warnRootLeases(ctx context.Context, repo *nodeid.S3Repository, log *slog.Logger) {
+	if s.prefix == "" {
+		return
+	}
+	found, err := repo.MarkerAt(ctx, "")
+	if err != nil {
+		log.Debug("could not check the bucket root for another lease set", "err", err)
+		return
+	}
+	if found {
+		log.Warn("the bucket root holds "+nodeid.MarkerKeyName+" (a lease set without a prefix, e.g. Camunda's) but the prefix is "+s.prefix+
+			": this makes a second, independent lease set; unset the prefix to take over the root's leases (docs/migration.md)",
+			"root_prefix", "", "prefix", s.prefix)
+	}
+}
+
 // providerConfig builds and validates the library configuration, so timing
 // mistakes are reported before anything is read or written.
 func (s *settings) providerConfig(log *slog.Logger) (nodeid.Config, error) {

@@ -477,7 +477,7 @@ func TestMetricsAndHealthEndpoints(t *testing.T) {
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	for _, series := range []string{"nodeid_node_id 0", "nodeid_lease_version 1", "nodeid_renewals_total", "nodeid_renewal_duration_seconds_bucket",
-		"nodeid_acquire_attempts_total 1", "nodeid_lease_transitions_total{to=\"held\"} 1", "nodeid_self_fences_total 0", "nodeid_renewal_failures_total", "nodeid_cluster_size 1", "nodeid_waiting 0", "go_goroutines", "process_open_fds",
+		"nodeid_acquire_attempts_total 1", `nodeid_node_lease_version{node_id="0"} 1`, "nodeid_self_fence_remaining_seconds ", "nodeid_lease_transitions_total{to=\"held\"} 1", "nodeid_self_fences_total 0", "nodeid_renewal_failures_total", "nodeid_cluster_size 1", "nodeid_waiting 0", "go_goroutines", "process_open_fds",
 		"nodeid_build_info{commit="} {
 		if !strings.Contains(string(b), series) {
 			t.Errorf("/metrics lacks %s", series)

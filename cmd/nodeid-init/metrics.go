@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"strconv"
 	"sync"
 	"time"
 
@@ -23,6 +24,7 @@ type metrics struct {
 	held            prometheus.Gauge
 	nodeID          prometheus.Gauge
 	version         prometheus.Gauge
+	nodeVersion     *prometheus.GaugeVec
 	renewals        prometheus.Counter
 	renewalFailures prometheus.Counter
 	renewLatency    prometheus.Histogram
@@ -62,6 +64,11 @@ func newMetrics() *metrics {
 			Help: "1 while this task waits for a node ID (a hot spare); sum over tasks = tasks waiting."}),
 		clusterSize: prometheus.NewGauge(prometheus.GaugeOpts{Name: "nodeid_cluster_size", Help: "This task's cluster size N (node IDs 0..N-1)."}),
 	}
+	// Labelled by node ID so that a dashboard can count holders and follow
+	// the version per ID across tasks (each task is a new instance); one
+	// series at most, none while nothing is held.
+	m.nodeVersion = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "nodeid_node_lease_version",
+		Help: "Version of the lease held, labelled with the node ID held; no series while none is held."}, []string{"node_id"})
 	m.leaseFileFailures = prometheus.NewCounter(prometheus.CounterOpts{Name: "nodeid_lease_file_write_failures_total",
 		Help: "Failed writes of the lease file; two in a row while held end the tenure like a loss."})
 	m.dataMountPoints = prometheus.NewGauge(prometheus.GaugeOpts{Name: "nodeid_datadir_mount_points",
@@ -71,7 +78,7 @@ func newMetrics() *metrics {
 	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{Name: "nodeid_build_info", Help: "Always 1; the labels say which nodeid-init runs.",
 		ConstLabels: prometheus.Labels{"version": v, "commit": c, "goversion": runtime.Version()}})
 	buildInfo.Set(1)
-	m.reg.MustRegister(buildInfo, m.held, m.nodeID, m.version, m.renewals, m.renewalFailures, m.renewLatency,
+	m.reg.MustRegister(buildInfo, m.held, m.nodeID, m.version, m.nodeVersion, m.renewals, m.renewalFailures, m.renewLatency,
 		m.acquireAttempts, m.acquireSeconds, m.transitions, m.selfFences, m.noAddress, m.leaseFileFailures,
 		m.waiting, m.clusterSize, m.dataMountPoints,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -93,6 +100,8 @@ func (m *metrics) observe(e nodeid.Event) {
 		m.held.Set(1)
 		m.nodeID.Set(float64(e.Instance.ID))
 		m.version.Set(float64(e.Instance.Version))
+		m.nodeVersion.Reset()
+		m.nodeVersion.WithLabelValues(strconv.Itoa(e.Instance.ID)).Set(float64(e.Instance.Version))
 		m.acquireSeconds.Set(e.Latency.Seconds())
 		m.transitions.WithLabelValues("held").Inc()
 	case nodeid.EventRenewed:
@@ -102,16 +111,40 @@ func (m *metrics) observe(e nodeid.Event) {
 		m.renewalFailures.Inc()
 	case nodeid.EventLost:
 		m.held.Set(0)
+		m.nodeVersion.Reset()
 		m.transitions.WithLabelValues("lost").Inc()
 		if e.SelfFence {
 			m.selfFences.Inc()
 		}
 	case nodeid.EventReleased:
 		m.held.Set(0)
+		m.nodeVersion.Reset()
 		m.transitions.WithLabelValues("released").Inc()
 	case nodeid.EventHandedOff:
 		m.held.Set(0)
+		m.nodeVersion.Reset()
 		m.transitions.WithLabelValues("handed_off").Inc()
+	}
+}
+
+// registerFenceLeft exports the time left before the self-fence deadline,
+// read at each scrape: a gauge set on renewal would be up to R stale, which
+// is the part that matters when renewals fail.
+func registerFenceLeft(reg *prometheus.Registry, left func() (time.Duration, bool)) {
+	reg.MustRegister(fenceLeftCollector{left: left, desc: prometheus.NewDesc("nodeid_self_fence_remaining_seconds",
+		"Time left before the self-fence deadline of the lease held; no series while none is held.", nil, nil)})
+}
+
+type fenceLeftCollector struct {
+	desc *prometheus.Desc
+	left func() (time.Duration, bool)
+}
+
+func (c fenceLeftCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c fenceLeftCollector) Collect(ch chan<- prometheus.Metric) {
+	if d, held := c.left(); held {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, max(d, 0).Seconds())
 	}
 }
 

@@ -87,6 +87,7 @@ func newSession(ctx context.Context, s *settings, stderr io.Writer) (_ *session,
 	}
 	sess := &session{s: s, cfg: cfg, log: log, logw: lw, metrics: newMetrics(), lost: make(chan error, 1), lostHandled: make(chan struct{})}
 	registerLogDrops(sess.metrics.reg, lw)
+	registerFenceLeft(sess.metrics.reg, sess.fenceLeft)
 	sess.metrics.clusterSize.Set(float64(cfg.ClusterSize))
 	if s.metricsAddr != "" {
 		if err := serveHealth(ctx, s.metricsAddr, sess.metrics, sess.currentProvider, sess.leaseFileOK, log); err != nil {
@@ -104,6 +105,7 @@ func newSession(ctx context.Context, s *settings, stderr io.Writer) (_ *session,
 	if err := s.probe(ctx, sess.repo, sess.log); err != nil {
 		return nil, err
 	}
+	s.warnRootLeases(ctx, sess.repo, sess.log)
 	// After the probe, so that bad input still gets one line on stderr.
 	var source string
 	if cfg.Address, source = resolveAddress(ctx, s, defaultAddressSources(), sess.log); cfg.Address != "" {
@@ -135,6 +137,17 @@ func (sess *session) currentProvider() *nodeid.Provider {
 	sess.mu.Lock()
 	defer sess.mu.Unlock()
 	return sess.provider
+}
+
+// fenceLeft is the time left before the self-fence deadline, and whether a
+// lease is held.
+func (sess *session) fenceLeft() (time.Duration, bool) {
+	p := sess.currentProvider()
+	if p == nil {
+		return 0, false
+	}
+	deadline, held := p.Deadline()
+	return deadline.Sub(p.Config().Clock.Now()), held
 }
 
 // whenLost registers an action to run the moment the lease is lost.
