@@ -57,6 +57,15 @@ func TestStatusSaysWhenACamundaReleaseIsTaken(t *testing.T) {
 		t.Errorf("status table:\n%s", table)
 	}
 
+	// nodeid's own bootstrap objects (the marker names their ETags) are
+	// free at once, by the same rule.
+	if code, stdout, stderr := c.runCmd(t, nil, "bootstrap", "--cluster-size", "1"); code != 0 {
+		t.Fatalf("bootstrap: exit %d\n%s%s", code, stdout, stderr)
+	}
+	if out := c.status(t, "--json"); !strings.Contains(out, `"note": "takeable now"`) {
+		t.Errorf("status of a cluster nodeid bootstrapped:\n%s", out)
+	}
+
 	// What a task does meanwhile: it waits, then takes the ID, not
 	// gracefully, and not before the object was quiet for L.
 	tk := c.start("spare", env, "run", "--", "sh", "-c", childScript)
