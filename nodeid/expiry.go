@@ -22,6 +22,16 @@ func ExpiredByServerClock(lastModified, serverDate time.Time, lease time.Duratio
 	return serverDate.Sub(lastModified) >= lease+ServerClockGranularity
 }
 
+// UntilExpiredByServerClock is how long after serverDate rule 1
+// (ExpiredByServerClock) frees a lease last written at lastModified: zero
+// once it holds; false if either time is unknown.
+func UntilExpiredByServerClock(lastModified, serverDate time.Time, lease time.Duration) (time.Duration, bool) {
+	if lastModified.IsZero() || serverDate.IsZero() {
+		return 0, false
+	}
+	return max(lastModified.Add(lease+ServerClockGranularity).Sub(serverDate), 0), true
+}
+
 // observations implements rule 2, local observation: for each node ID the
 // ETag we last saw and the moment (our monotonic clock) the answer that first
 // showed it ARRIVED. The write behind that ETag landed before then, so if

@@ -126,7 +126,44 @@ func rulesOf(repo Repository) rules {
 }
 
 // judge decides whether the lease in rec may be taken, and whether its
-// previous holder stopped gracefully (so its data may be hard-linked).
+// previous holder stopped gracefully (so its data may be hard-linked). The
+// decision itself is judgeLease's, which status shares (Judge).
+func (p *Provider) judge(ctx context.Context, rec Record, arrived time.Time) (free, graceful bool) {
+	v := judgeLease(p.rules, rec, func() (ClusterMarker, error) { return p.clusterMarker(ctx) },
+		p.cfg.LeaseDuration, p.seen.unchangedFor(rec.ID, rec.ETag, arrived))
+	return v.Free, v.Graceful
+}
+
+// Verdict is how a waiting task judges one lease object.
+type Verdict struct {
+	// Free: the task takes it now.
+	Free bool
+	// Graceful: its previous holder stopped gracefully, so its data may be
+	// hard-linked (only when Free).
+	Graceful bool
+	// ByExpiry: judged like a held lease (a held one, a legacy empty
+	// release, a never-held object the marker does not prove fresh): free
+	// once it has expired, Lease + 1 s after its last write by S3's clock
+	// (ExpiredByServerClock), or Lease after the waiter first saw its ETag.
+	ByExpiry bool
+	// Lease is the holder duration it is judged by (when ByExpiry).
+	Lease time.Duration
+	// NoMarker: the cluster marker could not be read, and without it
+	// nothing but a release is free.
+	NoMarker bool
+}
+
+// Judge is the verdict a waiting task of lease duration own reaches on rec
+// with the cluster marker marker (the zero marker if there is none), on
+// its first look at the object: what `nodeid-init status` shows. It is the
+// provider's own rule (judgeLease), not a copy of it.
+func Judge(rec Record, marker ClusterMarker, own time.Duration) Verdict {
+	return judgeLease(safeRules{}, rec, func() (ClusterMarker, error) { return marker, nil }, own, 0)
+}
+
+// judgeLease is the rule of judge. marker is called only when the decision
+// needs the cluster marker; unchangedFor is how long the waiter has seen
+// rec's ETag unchanged (rule 2).
 //
 //   - A lease released by its holder (version >= 1) is free at once.
 //   - A never-held lease (version 0) is free at once only if the cluster
@@ -143,20 +180,21 @@ func rulesOf(repo Repository) rules {
 //     duration keeps a writer of empty bodies that is still active (an older
 //     version of this tool) from slipping a tenure in between.
 //   - A held lease is free when either expiry rule says so.
-func (p *Provider) judge(ctx context.Context, rec Record, arrived time.Time) (free, graceful bool) {
+func judgeLease(r rules, rec Record, marker func() (ClusterMarker, error), own, unchangedFor time.Duration) Verdict {
 	l := rec.Lease
 	if !l.Acquirable {
-		return false, false
+		return Verdict{}
 	}
 	if !l.Held() && l.Instance.Version > 0 && !l.Legacy {
-		return p.rules.releasedFree(l)
+		free, graceful := r.releasedFree(l)
+		return Verdict{Free: free, Graceful: graceful}
 	}
-	marker, err := p.clusterMarker(ctx)
+	m, err := marker()
 	if err != nil {
-		return false, false // without the marker neither proof nor floor: wait
+		return Verdict{NoMarker: true} // without the marker neither proof nor floor: wait
 	}
-	if !l.Held() && !l.Legacy && p.rules.provesFresh(marker, rec) {
-		return true, true
+	if !l.Held() && !l.Legacy && r.provesFresh(m, rec) {
+		return Verdict{Free: true, Graceful: true}
 	}
 	// The holder's own duration may be gone from the object (overwritten,
 	// or recreated by a task with a shorter one): the cluster's, recorded in
@@ -165,6 +203,6 @@ func (p *Provider) judge(ctx context.Context, rec Record, arrived time.Time) (fr
 	//
 	// A lease of Camunda's provider records no duration; the one its
 	// timestamp claims is a floor too (see Record.ClaimedDuration).
-	lease := p.rules.holderDuration(rec, p.cfg.LeaseDuration, marker.LeaseDuration)
-	return p.rules.expired(rec, lease, p.seen.unchangedFor(rec.ID, rec.ETag, arrived)), false
+	lease := r.holderDuration(rec, own, m.LeaseDuration)
+	return Verdict{Free: r.expired(rec, lease, unchangedFor), ByExpiry: true, Lease: lease}
 }

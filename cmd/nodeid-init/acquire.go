@@ -62,7 +62,7 @@ func cmdAcquire(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	sess.writeWaiting(ctx)
 	go sess.hintScaledUp(ctx)
 	inst, err := p.Acquire(ctx)
-	sess.metrics.waiting.Set(0)
+	sess.setSpare(false)
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
 			// Exit non-zero: ECS must not start the broker without an ID.

@@ -85,14 +85,20 @@ func liveHolder(rec nodeid.Record, localLease, cluster time.Duration) (bool, tim
 // clusterLease reads the cluster's lease duration from its marker (0 if
 // there is none yet), for the guards that judge holders.
 func clusterLease(ctx context.Context, repo nodeid.Repository) (time.Duration, error) {
+	m, err := clusterMarker(ctx, repo)
+	return m.LeaseDuration, err
+}
+
+// clusterMarker reads the cluster marker: the zero marker if there is none.
+func clusterMarker(ctx context.Context, repo nodeid.Repository) (nodeid.ClusterMarker, error) {
 	m, err := repo.Marker(ctx)
 	if errors.Is(err, nodeid.ErrNotFound) {
-		return 0, nil
+		return nodeid.ClusterMarker{}, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("reading the cluster marker: %w", err)
+		return nodeid.ClusterMarker{}, fmt.Errorf("reading the cluster marker: %w", err)
 	}
-	return m.LeaseDuration, nil
+	return m, nil
 }
 
 // idRanges renders sorted IDs as 0-3,5.

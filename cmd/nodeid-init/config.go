@@ -102,8 +102,8 @@ func parseSettings(ctx context.Context, cmd string, args []string, helpOut io.Wr
 			if n == o.flag {
 				opts = append(opts, o)
 				usage := fmt.Sprintf("%s (env %s", o.usage, o.env)
-				if flagOnly[cmd][o.flag] {
-					usage = fmt.Sprintf("%s (required, on the command line only: %s is ignored here", o.usage, o.env)
+				if only := flagOnly[cmd][o.flag]; only != "" {
+					usage = fmt.Sprintf("%s (%s: %s is ignored here", o.usage, only, o.env)
 				}
 				if o.def != "" {
 					usage += ", default " + o.def

@@ -94,3 +94,63 @@ func TestReleaseForceOfAnUnjudgeableObjectWantsYesWhileItsHolderMayBeValid(t *te
 		}
 	})
 }
+
+// Issue 26.4: `release --node 12 --force` on a cluster of 2 created
+// 12.json, and status --check failed from then on. A node ID without an
+// object outside the cluster (the marker's size) is refused with one line
+// and exit 2, dry run or not, and nothing is written; NODEID_CLUSTER_SIZE
+// left in the shell does not change that, --cluster-size on the command
+// line does. With Camunda's marker (no size) only --cluster-size does.
+func TestReleaseRefusesANodeIDOutsideTheCluster(t *testing.T) {
+	srv := s3test.StartVersity(t)
+	c := newCluster(t, srv, 2)
+	ctx := context.Background()
+	repo := c.repo()
+	if err := nodeid.Initialize(ctx, repo, 2, "boot", 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	keys := func() []int {
+		l, err := repo.List(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []int
+		for _, s := range l.Slots {
+			ids = append(ids, s.ID)
+		}
+		return ids
+	}
+	refused := func(what, want string, env []string, args ...string) {
+		t.Helper()
+		code, stdout, stderr := c.runCmd(t, env, append([]string{"release", "--force", "--yes", "--version", "1"}, args...)...)
+		if code != 2 || stdout != "" {
+			t.Errorf("%s: exit %d, want 2:\n%s%s", what, code, stdout, stderr)
+		}
+		oneLineWith(t, what, stderr, want)
+		if ids := keys(); len(ids) != 2 || ids[0] != 0 || ids[1] != 1 {
+			t.Fatalf("%s: lease objects %v after a refused release, want [0 1]", what, ids)
+		}
+	}
+	refused("--node 12", "nodeid-init release: node 12 is outside the cluster: its marker records 2 node IDs (0..1)", nil, "--node", "12")
+	refused("--node 2 --dry-run", "node 2 is outside the cluster", nil, "--node", "2", "--dry-run")
+	refused("--node 12 with NODEID_CLUSTER_SIZE=13", "node 12 is outside the cluster", []string{"NODEID_CLUSTER_SIZE=13"}, "--node", "12")
+	refused("--node 12 --cluster-size 12", "node 12 is outside the cluster: --cluster-size 12 has node IDs 0..11", nil, "--node", "12", "--cluster-size", "12")
+
+	// The operator's word: the cluster has 13 IDs.
+	if code, stdout, stderr := c.runCmd(t, nil, "release", "--force", "--yes", "--version", "1", "--node", "12", "--cluster-size", "13"); code != 0 || !strings.Contains(stdout, "node 12 released at version 1") {
+		t.Errorf("--node 12 --cluster-size 13: exit %d, want 0:\n%s%s", code, stdout, stderr)
+	}
+
+	// Camunda's marker records no size.
+	camundaCluster := newCluster(t, srv, 2)
+	camundaEnv := []string{"NODEID_PREFIX=camunda/"}
+	putObject(t, srv, "camunda/node-ids-initialized", "", nil)
+	code, stdout, stderr := camundaCluster.runCmd(t, camundaEnv, "release", "--force", "--yes", "--version", "1", "--node", "1")
+	if code != 2 {
+		t.Errorf("--node 1 under Camunda's marker: exit %d, want 2:\n%s%s", code, stdout, stderr)
+	}
+	oneLineWith(t, "--node 1 under Camunda's marker", stderr, "records no cluster size")
+	if code, stdout, stderr := camundaCluster.runCmd(t, camundaEnv, "release", "--force", "--yes", "--version", "1", "--node", "1", "--cluster-size", "2"); code != 0 {
+		t.Errorf("--node 1 --cluster-size 2 under Camunda's marker: exit %d, want 0:\n%s%s", code, stdout, stderr)
+	}
+}

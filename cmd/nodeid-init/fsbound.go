@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nodeid/nodeid/datadir"
+	"github.com/nodeid/nodeid/leasefile"
 	"github.com/nodeid/nodeid/nodeid"
 )
 
@@ -74,8 +75,12 @@ func (sess *session) abandonOnHang(phase string, cause error) {
 	// fence.started, not left running without a watchdog after our exit.
 	sess.fence.kill(nil)
 	var inst nodeid.NodeInstance
-	if p := sess.currentProvider(); p != nil {
+	p := sess.currentProvider()
+	if p != nil {
 		inst = p.Instance()
+	}
+	go sess.abandonLeaseFile(inst)
+	if p != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), hangExitGrace/2)
 		_, _ = p.HandOff(ctx) // stops the renewals; writes nothing to S3
 		cancel()
@@ -97,6 +102,23 @@ func (sess *session) abandonOnHang(phase string, cause error) {
 func (sess *session) exitHung() {
 	sess.awaitLossHandled()
 	os.Exit(exitFSHung)
+}
+
+// abandonLeaseFile rewrites the lease file as `lost` after a hang, and
+// keeps every later event from writing it: `nodeid-init health` then fails
+// as /healthz does, rather than passing on a `held` deadline until our
+// exit. It runs on its own goroutine: the file may sit on the hung file
+// system, and the exit timer does not wait for it.
+func (sess *session) abandonLeaseFile(inst nodeid.NodeInstance) {
+	if sess.leaseFile == "" {
+		return
+	}
+	sess.fileMu.Lock()
+	defer sess.fileMu.Unlock()
+	sess.abandoned, sess.waiting = true, false
+	if err := writeLeaseFile(sess.leaseFile, leasefile.Lease{State: leasefile.StateLost, NodeID: inst.ID, Version: int64(inst.Version), TaskID: sess.cfg.TaskID}); err != nil {
+		sess.log.Warn("cannot write the lease file", "path", sess.leaseFile, "err", err)
+	}
 }
 
 // watchFS probes dir (open and read one entry, which NFS and FUSE cannot

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -25,30 +26,48 @@ func fsHangEnv(f *efsfs.FS, addr string) []string {
 		"NODEID_STOP_TIMEOUT=5s", "NODEID_TEST_HANG_EXIT_PAUSE=500ms"}
 }
 
-// watchHealth polls /healthz until the task exits and reports whether it
-// answered anything but 200 while the task was still running.
-func watchHealth(tk *task, addr string) *atomic.Bool {
-	var unhealthy atomic.Bool
+// healthSeen is what the two health checks said while the task ran.
+type healthSeen struct {
+	http atomic.Bool // /healthz answered anything but 200
+	cmd  atomic.Bool // `nodeid-init health` (the ECS check) exited non-zero
+}
+
+// watchHealth polls /healthz and `nodeid-init health` (the task's default
+// lease file) until the task exits and reports whether either failed
+// while the task was still running.
+func watchHealth(c *cluster, tk *task, addr string) *healthSeen {
+	var seen healthSeen
 	client := &http.Client{Timeout: time.Second}
 	go func() {
 		for tk.running() {
 			if resp, err := client.Get("http://" + addr + "/healthz"); err == nil {
 				resp.Body.Close()
 				if resp.StatusCode != http.StatusOK && tk.running() {
-					unhealthy.Store(true)
+					seen.http.Store(true)
 				}
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
 	}()
-	return &unhealthy
+	go func() {
+		for tk.running() {
+			cmd := exec.Command(binary, "health")
+			cmd.Env = c.env
+			if err := cmd.Run(); err != nil && tk.running() {
+				seen.cmd.Store(true)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	return &seen
 }
 
 // checkHangExit asserts the exit within the bound with exit code 7, that
-// health turned unhealthy first, that the lease is still ours (left to
-// expire, not released), and that a successor takes the ID once the file
-// system answers again.
-func checkHangExit(t *testing.T, c *cluster, f *efsfs.FS, tk *task, hungAt time.Time, unhealthy *atomic.Bool, version int) {
+// both health checks turned unhealthy first (issue 26.8: `nodeid-init
+// health` passed on the `held` deadline until the exit), that the lease is
+// still ours (left to expire, not released), and that a successor takes
+// the ID once the file system answers again.
+func checkHangExit(t *testing.T, c *cluster, f *efsfs.FS, tk *task, hungAt time.Time, unhealthy *healthSeen, version int) {
 	t.Helper()
 	// 2 s bound, a probe every 500 ms, the 500 ms pause, the grace.
 	if code := tk.wait(t, 12*time.Second); code != exitFSHung {
@@ -57,8 +76,11 @@ func checkHangExit(t *testing.T, c *cluster, f *efsfs.FS, tk *task, hungAt time.
 	if took := time.Since(hungAt); took > 10*time.Second {
 		t.Errorf("exited %v after the hang, want within the 2s bound plus a few seconds", took)
 	}
-	if !unhealthy.Load() {
+	if !unhealthy.http.Load() {
 		t.Errorf("/healthz never answered non-200 before the exit")
+	}
+	if !unhealthy.cmd.Load() {
+		t.Errorf("nodeid-init health never failed before the exit, while /healthz did")
 	}
 	if !strings.Contains(tk.out.String(), "file system hung") {
 		t.Errorf("no \"file system hung\" line:\n%s", tk.out.String())
@@ -85,7 +107,7 @@ func TestDataRootHangingInTheStopSequenceExits7AndLeavesTheLease(t *testing.T) {
 	addr := freeAddr(t)
 	tk := c.runTask("holder", fsHangEnv(f, addr)...)
 	tk.identity(t, 20*time.Second)
-	unhealthy := watchHealth(tk, addr)
+	unhealthy := watchHealth(c, tk, addr)
 	f.HangAll()
 	hungAt := time.Now()
 	if err := tk.cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -111,7 +133,7 @@ func TestDataRootHangingDuringAPreparationExits7AndLeavesTheLease(t *testing.T) 
 	tk := c.runTask("taker", fsHangEnv(f, addr)...)
 	waitFor(t, 20*time.Second, "the takeover", func() bool { return strings.Contains(tk.out.String(), "acquired node id") })
 	time.Sleep(300 * time.Millisecond) // into the copy
-	unhealthy := watchHealth(tk, addr)
+	unhealthy := watchHealth(c, tk, addr)
 	f.HangAll()
 	hungAt := time.Now()
 	if strings.Contains(tk.out.String(), "command started") {

@@ -6,6 +6,7 @@ package main_test
 // invariant 4, shown with real nodeid-init processes against VersityGW.
 
 import (
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -156,4 +157,51 @@ func TestRevsHealthTrustsAPlantedDefaultLeaseFile(t *testing.T) {
 			<-spare.done
 		})
 	}
+}
+
+// Issue 26.8: the two health checks disagreed for a hot spare:
+// `nodeid-init health` passed (exit 0), /healthz answered 503, so an HTTP
+// health check would have had ECS replace every spare. Both must pass for
+// a spare and for a holder; /readyz stays 503 for a spare (it serves
+// nothing), and once the spare takes the ID both pass on its lease.
+func TestHealthChecksAgreeOnAHotSpare(t *testing.T) {
+	c := newCluster(t, s3test.StartVersity(t), 1)
+	check := func(who, tmp, addr, wantOut string) {
+		t.Helper()
+		code, stdout, stderr := c.runCmd(t, []string{"TMPDIR=" + tmp}, "health")
+		if code != 0 || !strings.Contains(stdout, wantOut) {
+			t.Errorf("%s: nodeid-init health: exit %d, want 0 and %q:\n%s%s", who, code, wantOut, stdout, stderr)
+		}
+		resp, err := http.Get("http://" + addr + "/healthz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("%s: /healthz answered %d while nodeid-init health passes, want 200", who, resp.StatusCode)
+		}
+	}
+	holderTmp, holderAddr := t.TempDir(), freeAddr(t)
+	holder := c.runTask("holder", "TMPDIR="+holderTmp, "NODEID_METRICS_ADDR="+holderAddr)
+	holder.identity(t, 20*time.Second)
+	check("holder", holderTmp, holderAddr, "node 0 v1 held by holder")
+
+	spareTmp, spareAddr := t.TempDir(), freeAddr(t)
+	spare := c.runTask("spare", "TMPDIR="+spareTmp, "NODEID_METRICS_ADDR="+spareAddr)
+	waitFor(t, 10*time.Second, "the spare's waiting state", func() bool {
+		code, stdout, _ := c.runCmd(t, []string{"TMPDIR=" + spareTmp}, "health")
+		return code == 0 && strings.Contains(stdout, "waiting for a node ID")
+	})
+	check("hot spare", spareTmp, spareAddr, "task spare is waiting for a node ID (hot spare)")
+	if resp, err := http.Get("http://" + spareAddr + "/readyz"); err != nil {
+		t.Fatal(err)
+	} else if resp.Body.Close(); resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("hot spare: /readyz answered %d, want 503 (it serves nothing)", resp.StatusCode)
+	}
+
+	if err := holder.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	spare.identity(t, 20*time.Second)
+	check("the spare after the takeover", spareTmp, spareAddr, "node 0 v2 held by spare")
 }

@@ -45,6 +45,10 @@ func (sess *session) handleEvent(e nodeid.Event) {
 		return
 	}
 	sess.fileMu.Lock()
+	if sess.abandoned {
+		sess.fileMu.Unlock()
+		return // the file says `lost` after a hang, and stays so
+	}
 	sess.waiting = false
 	err := writeLeaseFile(sess.leaseFile, l)
 	sess.fileMu.Unlock()
@@ -93,6 +97,32 @@ func writeLeaseFile(path string, l leasefile.Lease) error {
 	return leasefile.Write(path, l)
 }
 
+// healthy is /healthz. It follows the rule of `nodeid-init health` on the
+// lease file this session writes, so that an HTTP health check and the
+// command health check never disagree: healthy while the task holds a
+// valid lease (the file says `held` until its deadline) or waits for a
+// node ID (a hot spare: `waiting`, refreshed); not once the lease is lost
+// or released, a file-system phase hung (the file then says `lost`), the
+// task stopped waiting (`stopped`), or the last lease-file write failed
+// (the file no longer says what this task knows).
+func (sess *session) healthy() bool {
+	if fsHung.Load() || !sess.leaseFileOK() {
+		return false
+	}
+	if sess.spare.Load() {
+		return true
+	}
+	p := sess.currentProvider()
+	return p != nil && p.Valid()
+}
+
+// ready is /readyz: a valid lease and ready (readiness timeout or peers);
+// a spare is healthy but never ready.
+func (sess *session) ready() bool {
+	p := sess.currentProvider()
+	return p != nil && p.Ready() && !fsHung.Load()
+}
+
 // leaseFileOK reports whether the last lease-file write, if any, succeeded.
 func (sess *session) leaseFileOK() bool {
 	sess.mu.Lock()
@@ -113,7 +143,7 @@ func (sess *session) leaseFileError() error {
 // is written or ctx ends, so the file of a task that died while waiting
 // goes stale by itself; stopWaiting says `stopped` on the way out.
 func (sess *session) writeWaiting(ctx context.Context) {
-	sess.metrics.waiting.Set(1)
+	sess.setSpare(true)
 	if sess.leaseFile == "" {
 		return
 	}
@@ -149,9 +179,27 @@ func (sess *session) writeWaiting(ctx context.Context) {
 	}()
 }
 
+// writeWaitingLocked writes the `waiting` state and records the outcome:
+// a spare whose file cannot be refreshed fails `health` once it goes
+// stale, so it fails /healthz too.
 func (sess *session) writeWaitingLocked() error {
-	return writeLeaseFile(sess.leaseFile, leasefile.Lease{State: leasefile.StateWaiting, NodeID: -1, TaskID: sess.cfg.TaskID,
+	err := writeLeaseFile(sess.leaseFile, leasefile.Lease{State: leasefile.StateWaiting, NodeID: -1, TaskID: sess.cfg.TaskID,
 		ValidUntilBoottimeNs: int64(clock.SystemBoottime() + 2*sess.cfg.PollInterval)})
+	sess.mu.Lock()
+	sess.leaseFileErr = err
+	sess.mu.Unlock()
+	return err
+}
+
+// setSpare records whether the task waits for a node ID: the metric
+// nodeid_waiting and /healthz.
+func (sess *session) setSpare(waiting bool) {
+	sess.spare.Store(waiting)
+	if waiting {
+		sess.metrics.waiting.Set(1)
+	} else {
+		sess.metrics.waiting.Set(0)
+	}
 }
 
 // stopWaiting, on the way out of a task that never acquired, replaces a
@@ -159,6 +207,7 @@ func (sess *session) writeWaitingLocked() error {
 // It waits at most --fs-timeout: a lease file on a file system that hangs
 // holds fileMu, and the way out must not wait for it.
 func (sess *session) stopWaiting() {
+	sess.setSpare(false)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -169,10 +169,10 @@ const (
 	metricsIdleTimeout  = 30 * time.Second
 )
 
-// serveHealth serves /healthz (lease valid and lease file current), /readyz
-// (acquired and ready) and /metrics on addr until ctx ends. It listens before
+// serveHealth serves /healthz (healthy: session.healthy), /readyz (ready:
+// session.ready) and /metrics on addr until ctx ends. It listens before
 // returning, so a bad address is reported at start.
-func serveHealth(ctx context.Context, addr string, m *metrics, p func() *nodeid.Provider, leaseFileOK func() bool, log *slog.Logger) error {
+func serveHealth(ctx context.Context, addr string, m *metrics, healthy, ready func() bool, log *slog.Logger) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return usagef("metrics address %s: %v", addr, err)
@@ -187,14 +187,8 @@ func serveHealth(ctx context.Context, addr string, m *metrics, p func() *nodeid.
 		w.WriteHeader(http.StatusServiceUnavailable)
 		w.Write([]byte("not ok\n"))
 	}
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
-		pr := p()
-		status(pr != nil && pr.Valid() && leaseFileOK() && !fsHung.Load(), w)
-	})
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
-		pr := p()
-		status(pr != nil && pr.Ready() && !fsHung.Load(), w)
-	})
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { status(healthy(), w) })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) { status(ready(), w) })
 	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: metricsReadTimeout, ReadTimeout: metricsReadTimeout,
 		WriteTimeout: metricsWriteTimeout, IdleTimeout: metricsIdleTimeout}

@@ -178,11 +178,13 @@ const (
 )
 
 // flagOnly are the options a command takes from its flag alone, never from
-// the variable: a NODEID_CLUSTER_SIZE left in the shell must not resize a
-// cluster (see explicitSize).
-var flagOnly = map[string]map[string]bool{
-	"scale":     {"cluster-size": true},
-	"bootstrap": {"cluster-size": true},
+// the variable, with how its help says so: a NODEID_CLUSTER_SIZE left in
+// the shell must not resize a cluster (see explicitSize), nor let release
+// create an object outside it (see releaseInCluster).
+var flagOnly = map[string]map[string]string{
+	"scale":     {"cluster-size": "required, on the command line only"},
+	"bootstrap": {"cluster-size": "required, on the command line only"},
+	"release":   {"cluster-size": "on the command line only"},
 }
 
 // boolOptions are the options given as bare flags (--skip-probe), like

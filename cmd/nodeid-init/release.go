@@ -59,13 +59,17 @@ func cmdRelease(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if gerr != nil && state == "" {
 		return gerr
 	}
-	if state != "" && state != "unusable" && atLeast == 0 {
-		return unknownVersion(node, state, s.dataRoot)
-	}
-	cluster, err := clusterLease(ctx, repo)
+	marker, err := clusterMarker(ctx, repo)
 	if err != nil {
 		return err
 	}
+	if err := releaseInCluster(s, node, state == "missing", marker); err != nil {
+		return err
+	}
+	if state != "" && state != "unusable" && atLeast == 0 {
+		return unknownVersion(node, state, s.dataRoot)
+	}
+	cluster := marker.LeaseDuration
 	unusable := state == "unusable"
 	if state == "" {
 		if live, ago := liveHolder(rec, s.leaseDuration, cluster); live && !s.yes && !s.dryRun {
@@ -116,6 +120,34 @@ func cmdRelease(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	fmt.Fprintf(stdout, "node %d released at version %d; the next holder gets version %d\n", node, v, v+1)
 	return nil
+}
+
+// releaseInCluster refuses to create the object of a node ID outside the
+// cluster: `--node 12` on a cluster of 2 made 12.json, a node ID no task
+// takes that status --check counts as unheld from then on. The cluster is
+// the IDs below --cluster-size when it is given on the command line (the
+// operator's word), else below the size the cluster marker records, plus
+// every ID whose object exists (created by scale, or marked unusable by a
+// scale-down): releasing those creates nothing.
+func releaseInCluster(s *settings, node int, missing bool, marker nodeid.ClusterMarker) error {
+	if !missing {
+		return nil
+	}
+	key := nodeid.LeaseKey(s.prefix, node)
+	switch {
+	case s.explicit["cluster-size"]:
+		if node < s.clusterSize {
+			return nil
+		}
+		return usagef("node %d is outside the cluster: --cluster-size %d has node IDs 0..%d and s3://%s/%s does not exist; nothing was written", node, s.clusterSize, s.clusterSize-1, s.bucket, key)
+	case marker.ClusterSize > 0:
+		if node < marker.ClusterSize {
+			return nil
+		}
+		return usagef("node %d is outside the cluster: its marker records %d node IDs (0..%d) and s3://%s/%s does not exist, so a release would create a node ID no task takes; nothing was written. Check --node, or pass --cluster-size N (N > %d) on the command line if the cluster has more IDs", node, marker.ClusterSize, marker.ClusterSize-1, s.bucket, key, node)
+	default:
+		return usagef("node %d: s3://%s/%s does not exist and the cluster marker records no cluster size (none, or Camunda's), so nothing tells whether node %d belongs to the cluster; nothing was written. Pass --cluster-size N (N > %d) on the command line if it does", node, s.bucket, key, node, node)
+	}
 }
 
 // objectStateOf names what an object is when its lease names no holder the

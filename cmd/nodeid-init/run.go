@@ -122,7 +122,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	sess.writeWaiting(acqCtx)
 	go sess.hintScaledUp(acqCtx)
 	inst, err := p.Acquire(acqCtx)
-	sess.metrics.waiting.Set(0)
+	sess.setSpare(false)
 	if err != nil {
 		if isClosed(stopping) {
 			return nil

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nodeid/nodeid/nodeid"
@@ -54,6 +55,14 @@ type session struct {
 	// written (acquired, ...) or stopWaiting ends it.
 	fileMu  sync.Mutex
 	waiting bool
+	// abandoned is set (under fileMu) once a file-system phase hung: the
+	// lease file then says `lost`, and no later event may overwrite it.
+	abandoned bool
+
+	// spare is set while the task waits for a node ID (a hot spare), with
+	// or without a lease file: /healthz passes for it, as `health` does
+	// for the `waiting` lease file.
+	spare atomic.Bool
 }
 
 // leaseOptions are the settings of commands that take a lease.
@@ -90,7 +99,7 @@ func newSession(ctx context.Context, s *settings, stderr io.Writer) (_ *session,
 	registerFenceLeft(sess.metrics.reg, sess.fenceLeft)
 	sess.metrics.clusterSize.Set(float64(cfg.ClusterSize))
 	if s.metricsAddr != "" {
-		if err := serveHealth(ctx, s.metricsAddr, sess.metrics, sess.currentProvider, sess.leaseFileOK, log); err != nil {
+		if err := serveHealth(ctx, s.metricsAddr, sess.metrics, sess.healthy, sess.ready, log); err != nil {
 			return nil, err
 		}
 	}

@@ -179,17 +179,16 @@ func readStatus(ctx context.Context, repo nodeid.Repository, size int, localLeas
 			l := rec.Lease
 			row.Version, row.TaskID, row.LastModified = int64(l.Instance.Version), l.TaskID, rec.LastModified
 			lease := nodeid.HolderDuration(rec, localLease, marker.LeaseDuration)
+			// What a waiting task decides, by the provider's own rule.
+			verdict := nodeid.Judge(rec, marker, localLease)
 			switch {
 			case !l.Acquirable:
 				row.State = "unusable"
 				row.Note = "scaled down: takeable only after scale --cluster-size " + fmt.Sprint(slot.ID+1) + " or more"
 			case !l.Held():
 				row.State = "released"
-				row.Note = "takeable now"
-				if l.Forced {
-					row.Note += " (forced release: its successor copies the data)"
-				}
-			case nodeid.ExpiredByServerClock(rec.LastModified, rec.ServerDate, lease):
+				row.Note = releasedNote(rec, verdict)
+			case verdict.Free:
 				row.State = "expired"
 				row.Note = "takeable now: its holder stopped renewing"
 			case rec.ServerDate.IsZero() || rec.LastModified.IsZero():
@@ -224,6 +223,34 @@ func readStatus(ctx context.Context, repo nodeid.Repository, size int, localLeas
 	}
 	sort.SliceStable(rows, func(i, j int) bool { return rows[i].NodeID < rows[j].NodeID })
 	return rows, size, nil
+}
+
+// releasedNote says when a waiting task takes a released or never-held
+// lease, as verdict (nodeid.Judge) decides: at once, or only once the
+// object has been quiet for L + 1 s because it proves nothing about what
+// came before it (an empty body, or a never-held object the marker does
+// not name).
+func releasedNote(rec nodeid.Record, verdict nodeid.Verdict) string {
+	l := rec.Lease
+	if verdict.Free {
+		if l.Forced {
+			return "takeable now (forced release: its successor copies the data)"
+		}
+		return "takeable now"
+	}
+	why := "never held, but not the object the bootstrap created"
+	switch {
+	case l.Legacy && l.Instance.Version > 0:
+		why = "Camunda release"
+	case l.Legacy:
+		why = "Camunda bootstrap object"
+	}
+	rule := fmt.Sprintf("%s: nodeid waits L + 1 s after its last write, L = %s", why, verdict.Lease)
+	left, ok := nodeid.UntilExpiredByServerClock(rec.LastModified, rec.ServerDate, verdict.Lease)
+	if !ok {
+		return "takeable L + 1 s after its last write (" + rule + "); S3 sent no Date or Last-Modified"
+	}
+	return fmt.Sprintf("takeable in %s (%s)", left.Round(100*time.Millisecond), rule)
 }
 
 // setLeft fills in how long until the lease may be taken, by S3's clock:
