@@ -88,6 +88,7 @@ func main() {
 type invocation struct {
 	mu        sync.Mutex
 	logFormat string
+	stderr    io.Writer // for the warnings of parseSettings
 }
 
 type invocationKey struct{}
@@ -131,7 +132,7 @@ func realMain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	// Until the command has read its settings (a bad flag ends it before),
 	// the variable decides the format of the final error line.
-	inv := &invocation{logFormat: strings.TrimSpace(os.Getenv("NODEID_LOG_FORMAT"))}
+	inv := &invocation{logFormat: strings.TrimSpace(os.Getenv("NODEID_LOG_FORMAT")), stderr: stderr}
 	ctx = context.WithValue(ctx, invocationKey{}, inv)
 	for _, c := range commands() {
 		if c.name == args[0] {
