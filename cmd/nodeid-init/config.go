@@ -148,6 +148,7 @@ func parseSettings(ctx context.Context, cmd string, args []string, helpOut io.Wr
 	}
 	// Also before a bad setting's error: it may be the consequence.
 	defer warnUnknownVariables(invocationOf(ctx), s, os.Environ())
+	invocationOf(ctx).setSettings(s)
 	setByFlag := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { setByFlag[f.Name] = true })
 	s.explicit = map[string]bool{}
