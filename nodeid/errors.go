@@ -23,6 +23,12 @@ var (
 	ErrUnavailable = errors.New("storage unavailable")
 	// ErrAccessDenied is HTTP 403 or bad credentials; retrying will not help.
 	ErrAccessDenied = errors.New("access denied")
+	// ErrWrongEndpoint is an answer that says the request went to the wrong
+	// place: signed for another region (400 AuthorizationHeaderMalformed),
+	// a bucket at another endpoint (301 PermanentRedirect), or a server on
+	// the other scheme (a plain HTTP answer to https://, a 400 that is no S3
+	// error to http://). Retrying will not help.
+	ErrWrongEndpoint = errors.New("wrong endpoint or region")
 )
 
 // Errors of the lease protocol.
@@ -62,10 +68,10 @@ func isLostRace(err error) bool {
 	return errors.Is(err, ErrPreconditionFailed) || errors.Is(err, ErrConflict)
 }
 
-// IsPermanent reports errors that retrying will not cure: access denied, an
-// invalid configuration, no such bucket.
+// IsPermanent reports errors that retrying will not cure: access denied, a
+// wrong endpoint or region, an invalid configuration, no such bucket.
 func IsPermanent(err error) bool {
-	return errors.Is(err, ErrAccessDenied) || errors.Is(err, ErrInvalidConfig) ||
+	return errors.Is(err, ErrAccessDenied) || errors.Is(err, ErrWrongEndpoint) || errors.Is(err, ErrInvalidConfig) ||
 		(errors.Is(err, ErrNotFound) && IsNoSuchBucket(err))
 }
 

@@ -1,8 +1,16 @@
 package nodeid_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/nodeid/nodeid/nodeid"
 )
@@ -23,5 +31,58 @@ func TestIsNoSuchBucket(t *testing.T) {
 		if got := nodeid.IsNoSuchBucket(c.err); got != c.want {
 			t.Errorf("%s: IsNoSuchBucket = %v, want %v", c.name, got, c.want)
 		}
+	}
+}
+
+// Answers that say the request went to the wrong place are their own kind,
+// and permanent: acquisition stops at once instead of retrying forever.
+func TestWrongEndpointIsPermanent(t *testing.T) {
+	xmlError := func(status int, code string) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/xml")
+			w.WriteHeader(status)
+			fmt.Fprintf(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>%s</Code><Message>test</Message></Error>`, code)
+		})
+	}
+	start := func(h http.Handler) string {
+		srv := httptest.NewServer(h)
+		t.Cleanup(srv.Close)
+		return srv.URL
+	}
+	tlsSrv := httptest.NewUnstartedServer(http.NotFoundHandler())
+	tlsSrv.Config.ErrorLog = log.New(io.Discard, "", 0) // its handshake errors are the point
+	tlsSrv.StartTLS()
+	t.Cleanup(tlsSrv.Close)
+	plain := start(http.NotFoundHandler())
+	for _, tc := range []struct {
+		name, endpoint string
+		want           error
+	}{
+		{"301 PermanentRedirect", start(xmlError(http.StatusMovedPermanently, "PermanentRedirect")), nodeid.ErrWrongEndpoint},
+		{"400 AuthorizationHeaderMalformed", start(xmlError(http.StatusBadRequest, "AuthorizationHeaderMalformed")), nodeid.ErrWrongEndpoint},
+		{"http:// to an HTTPS server", "http://" + tlsSrv.Listener.Addr().String(), nodeid.ErrWrongEndpoint},
+		{"https:// to an HTTP server", "https://" + strings.TrimPrefix(plain, "http://"), nodeid.ErrWrongEndpoint},
+		{"403 AccessDenied", start(xmlError(http.StatusForbidden, "AccessDenied")), nodeid.ErrAccessDenied},
+		{"400 InvalidArgument", start(xmlError(http.StatusBadRequest, "InvalidArgument")), nodeid.ErrUnavailable},
+		{"503 ServiceUnavailable", start(xmlError(http.StatusServiceUnavailable, "ServiceUnavailable")), nodeid.ErrUnavailable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client, err := nodeid.NewS3Client(context.Background(), nodeid.S3Config{Endpoint: tc.endpoint, Region: "us-east-1",
+				PathStyle: true, AccessKey: "a", SecretKey: "s"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			repo, err := nodeid.NewS3Repository(client, "bucket", "p/", 2*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = repo.List(context.Background())
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("%v, want %v", err, tc.want)
+			}
+			if permanent := tc.want != nodeid.ErrUnavailable; nodeid.IsPermanent(err) != permanent {
+				t.Errorf("IsPermanent(%v) = %v, want %v", err, !permanent, permanent)
+			}
+		})
 	}
 }

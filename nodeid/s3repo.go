@@ -421,6 +421,11 @@ func classify(op, key string, err error) error {
 		// the ECS/EC2 role endpoint refused). Retrying will not help.
 		se.Kind, se.Code = ErrAccessDenied, "NoCredentials"
 		se.Err = fmt.Errorf("no usable AWS credentials (environment, shared config, ECS task role or EC2 instance role): %w", err)
+	case se.Code == "AuthorizationHeaderMalformed" || se.Code == "PermanentRedirect" || se.Status == http.StatusMovedPermanently ||
+		errors.Is(err, http.ErrSchemeMismatch) || (se.Status == http.StatusBadRequest && se.Code == ""):
+		// S3 names every 400 with a code; one without is not S3 speaking
+		// (an HTTPS server answering plain HTTP, a proxy).
+		se.Kind = ErrWrongEndpoint
 	case se.Status == http.StatusForbidden || se.Status == http.StatusUnauthorized ||
 		se.Code == "InvalidAccessKeyId" || se.Code == "SignatureDoesNotMatch" || se.Code == "AccessDenied":
 		se.Kind = ErrAccessDenied

@@ -70,6 +70,7 @@ func cmdAcquire(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		return err
 	}
+	invocationOf(ctx).beginTenure()
 	dataDir, err := sess.prepareDataDir(ctx, inst)
 	if err != nil {
 		if !errors.Is(err, nodeid.ErrLeaseLost) {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"sort"
 	"strings"
 	"time"
 
@@ -95,7 +96,23 @@ func parseSettings(ctx context.Context, cmd string, args []string, helpOut io.Wr
 	fs := flag.NewFlagSet("nodeid-init "+cmd, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	values := map[string]func() string{}
-	lists := map[string]*listFlag{}
+	// define adds the flag name of the option opt (its own name, or an
+	// old one).
+	define := func(name, opt, usage string) {
+		switch {
+		case repeatable[opt]:
+			l := &listFlag{}
+			fs.Var(l, name, usage)
+			values[name] = l.String
+		case boolOptions[opt]:
+			b := &boolValue{}
+			fs.Var(b, name, usage)
+			values[name] = b.String
+		default:
+			p := fs.String(name, "", usage)
+			values[name] = func() string { return *p }
+		}
+	}
 	var opts []option
 	for _, o := range options {
 		for _, n := range names {
@@ -105,22 +122,16 @@ func parseSettings(ctx context.Context, cmd string, args []string, helpOut io.Wr
 				if only := flagOnly[cmd][o.flag]; only != "" {
 					usage = fmt.Sprintf("%s (%s: %s is ignored here", o.usage, only, o.env)
 				}
+				old := oldNames[o.flag]
+				if old.env != "" {
+					usage += ", old name env " + old.env
+				}
 				if o.def != "" {
 					usage += ", default " + o.def
 				}
-				switch {
-				case repeatable[o.flag]:
-					l := &listFlag{}
-					lists[o.flag] = l
-					fs.Var(l, o.flag, usage+")")
-					values[o.flag] = l.String
-				case boolOptions[o.flag]:
-					b := &boolValue{}
-					fs.Var(b, o.flag, usage+")")
-					values[o.flag] = b.String
-				default:
-					p := fs.String(o.flag, "", usage+")")
-					values[o.flag] = func() string { return *p }
+				define(o.flag, o.flag, usage+")")
+				if old.flag != "" {
+					define(old.flag, o.flag, "old name of --"+o.flag)
 				}
 			}
 		}
@@ -135,17 +146,41 @@ func parseSettings(ctx context.Context, cmd string, args []string, helpOut io.Wr
 		}
 		return nil, nil, usagef("%v (see nodeid-init %s -h)", err, cmd)
 	}
+	// Also before a bad setting's error: it may be the consequence.
+	defer warnUnknownVariables(invocationOf(ctx), s, os.Environ())
+	invocationOf(ctx).setSettings(s)
 	setByFlag := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { setByFlag[f.Name] = true })
-	s.explicit = setByFlag
+	s.explicit = map[string]bool{}
+	for name := range setByFlag {
+		s.explicit[name] = true
+	}
 	// The log format is known from here on: the final error line follows it.
 	for _, o := range opts {
+		old := oldNames[o.flag]
 		v, source := o.def, "default"
-		if e := os.Getenv(o.env); e != "" { // an empty variable counts as unset
-			v, source = e, o.env
+		// An empty variable counts as unset.
+		newEnv, oldEnv := os.Getenv(o.env), ""
+		if old.env != "" {
+			oldEnv = os.Getenv(old.env)
 		}
+		if e, src, err := pickName(o.env, newEnv, newEnv != "", old.env, oldEnv, oldEnv != "", "="); err != nil {
+			return nil, nil, err
+		} else if src != "" {
+			v, source = e, src
+		}
+		newFlag, oldFlag := "", ""
 		if setByFlag[o.flag] {
-			v, source = values[o.flag](), "--"+o.flag
+			newFlag = values[o.flag]()
+		}
+		if old.flag != "" && setByFlag[old.flag] {
+			oldFlag = values[old.flag]()
+			s.explicit[o.flag] = true
+		}
+		if f, src, err := pickName("--"+o.flag, newFlag, setByFlag[o.flag], "--"+old.flag, oldFlag, old.flag != "" && setByFlag[old.flag], " "); err != nil {
+			return nil, nil, err
+		} else if src != "" {
+			v, source = f, src
 		}
 		s.sources[o.flag] = source
 		if o.flag == "log-format" {
@@ -161,6 +196,120 @@ func parseSettings(ctx context.Context, cmd string, args []string, helpOut io.Wr
 		}
 	}
 	return s, fs.Args(), nil
+}
+
+// pickName chooses between an option's name and its old name (flags or
+// variables; sep joins a name and its value in messages): the one that is
+// set, the new one if both are and agree. Both set to different values is
+// an error: after a rename, the value meant cannot be guessed. The source
+// is "" when neither is set.
+func pickName(name, v string, set bool, oldName, oldV string, oldSet bool, sep string) (value, source string, err error) {
+	switch {
+	case set && oldSet && strings.TrimSpace(v) != strings.TrimSpace(oldV):
+		return "", "", usagef("%s%s%q and its old name %s%s%q disagree: set only %s", name, sep, v, oldName, sep, oldV, name)
+	case set:
+		return v, name, nil
+	case oldSet:
+		return oldV, oldName, nil
+	}
+	return "", "", nil
+}
+
+// warnUnknownVariables logs one warning per NODEID_* variable that no
+// option reads: a misspelt name (NODEID_CLUSTERSIZE) would otherwise be
+// ignored silently and show up only as a missing setting. Written at once,
+// bounded, in the format of the final error line: an error about the
+// missing setting may follow before any logger exists.
+func warnUnknownVariables(inv *invocation, s *settings, environ []string) {
+	warnings := unknownVariables(environ)
+	if inv.stderr == nil || len(warnings) == 0 {
+		return
+	}
+	var buf strings.Builder
+	ls := &settings{logLevel: s.logLevel}
+	if inv.json() {
+		ls.logFormat = "json"
+	}
+	log := ls.logger(&buf)
+	for _, w := range warnings {
+		log.Warn(w)
+	}
+	writeBounded(inv.stderr, strings.TrimSuffix(buf.String(), "\n"))
+}
+
+// testVariables are read by the project's tests and test builds, not by an
+// option: no warning for them.
+var testVariables = map[string]bool{"NODEID_SKIP_INTEGRATION": true, "NODEID_VERSITYGW": true}
+
+// unknownVariables returns the warnings for the NODEID_* variables of
+// environ that no option reads, by name, each with the closest known
+// variable when one is close.
+func unknownVariables(environ []string) []string {
+	known := map[string]bool{}
+	var names []string
+	for _, o := range options {
+		known[o.env] = true
+		names = append(names, o.env)
+	}
+	for _, old := range oldNames {
+		if old.env != "" {
+			known[old.env] = true
+		}
+	}
+	var out []string
+	seen := map[string]bool{}
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, "NODEID_") || known[name] || seen[name] || testVariables[name] || strings.HasPrefix(name, "NODEID_TEST_") {
+			continue
+		}
+		seen[name] = true
+		w := "unknown variable " + name + " ignored"
+		if m := closest(name, names); m != "" {
+			w += "; did you mean " + m + "?"
+		}
+		out = append(out, w)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// closest returns the name of names nearest to v by edit distance, if it
+// is near enough to be a misspelling: at most 3 edits, or a third of the
+// name's own part for long names (NODEID_ENDPOINT is 3 from
+// NODEID_S3_ENDPOINT).
+func closest(v string, names []string) string {
+	best, bestD := "", -1
+	for _, n := range names {
+		if d := editDistance(v, n); bestD < 0 || d < bestD {
+			best, bestD = n, d
+		}
+	}
+	if bestD < 0 || bestD > max(3, (len(v)-len("NODEID_"))/3) {
+		return ""
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance of a and b (bytes).
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 // requireBucket and requireClusterSize are checked by the commands that need them.

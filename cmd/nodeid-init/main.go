@@ -88,6 +88,9 @@ func main() {
 type invocation struct {
 	mu        sync.Mutex
 	logFormat string
+	stderr    io.Writer // for the warnings of parseSettings
+	settings  *settings // once parsed: names the settings in errors
+	tenure    bool      // a lease was held: storage errors are no longer configuration's
 }
 
 type invocationKey struct{}
@@ -103,6 +106,31 @@ func (inv *invocation) setLogFormat(f string) {
 	inv.mu.Lock()
 	defer inv.mu.Unlock()
 	inv.logFormat = f
+}
+
+func (inv *invocation) setSettings(s *settings) {
+	inv.mu.Lock()
+	defer inv.mu.Unlock()
+	inv.settings = s
+}
+
+func (inv *invocation) settingsOf() *settings {
+	inv.mu.Lock()
+	defer inv.mu.Unlock()
+	return inv.settings
+}
+
+// beginTenure is called once a lease is held (acquired or adopted).
+func (inv *invocation) beginTenure() {
+	inv.mu.Lock()
+	defer inv.mu.Unlock()
+	inv.tenure = true
+}
+
+func (inv *invocation) inTenure() bool {
+	inv.mu.Lock()
+	defer inv.mu.Unlock()
+	return inv.tenure
 }
 
 func (inv *invocation) json() bool {
@@ -131,11 +159,11 @@ func realMain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	// Until the command has read its settings (a bad flag ends it before),
 	// the variable decides the format of the final error line.
-	inv := &invocation{logFormat: strings.TrimSpace(os.Getenv("NODEID_LOG_FORMAT"))}
+	inv := &invocation{logFormat: strings.TrimSpace(os.Getenv("NODEID_LOG_FORMAT")), stderr: stderr}
 	ctx = context.WithValue(ctx, invocationKey{}, inv)
 	for _, c := range commands() {
 		if c.name == args[0] {
-			err := c.run(ctx, args[1:], stdout, stderr)
+			err := classifyExit(inv, c.run(ctx, args[1:], stdout, stderr))
 			code := exitCode(err)
 			if err != nil && !errors.Is(err, errHelp) {
 				var ce *codeError
@@ -177,7 +205,8 @@ func exitCode(err error) int {
 		return exitOK
 	case errors.As(err, &ce):
 		return ce.code
-	case errors.As(err, &ue), errors.Is(err, nodeid.ErrInvalidConfig), errors.Is(err, nodeid.ErrAccessDenied), nodeid.IsNoSuchBucket(err):
+	case errors.As(err, &ue), errors.Is(err, nodeid.ErrInvalidConfig), errors.Is(err, nodeid.ErrAccessDenied),
+		errors.Is(err, nodeid.ErrWrongEndpoint), nodeid.IsNoSuchBucket(err):
 		return exitUsage
 	case errors.Is(err, nodeid.ErrConditionalWritesNotEnforced):
 		return exitNotEnforced

@@ -124,11 +124,11 @@ var options = []option{
 	{"log-level", "NODEID_LOG_LEVEL", "info", "debug, info, warn or error", func(s *settings, v string) error {
 		return s.logLevel.UnmarshalText([]byte(v))
 	}},
-	{"endpoint", "NODEID_S3_ENDPOINT", "", "S3 endpoint URL, http:// or https:// (default: AWS_ENDPOINT_URL_S3, else AWS)", func(s *settings, v string) error {
+	{"s3-endpoint", "NODEID_S3_ENDPOINT", "", "S3 endpoint URL, http:// or https:// (default: AWS_ENDPOINT_URL_S3, else AWS)", func(s *settings, v string) error {
 		s.endpoint = v
 		return checkEndpoint(v)
 	}},
-	{"region", "NODEID_S3_REGION", "", "S3 region (default: AWS_REGION, else us-east-1)", func(s *settings, v string) error {
+	{"s3-region", "NODEID_S3_REGION", "", "S3 region (default: AWS_REGION, else us-east-1)", func(s *settings, v string) error {
 		s.region = v
 		return nil
 	}},
@@ -149,11 +149,29 @@ var options = []option{
 		s.peersFile = v
 		return nil
 	}},
-	{"template", "NODEID_TEMPLATES", "", "run: SRC:DST, a Go text/template rendered to DST before the command starts; repeatable (variable: comma-separated)", func(s *settings, v string) error {
+	{"template", "NODEID_TEMPLATE", "", "run: SRC:DST, a Go text/template rendered to DST before the command starts; repeatable (variable: comma-separated)", func(s *settings, v string) error {
 		var err error
 		s.templates, err = parseTemplates(v)
 		return err
 	}},
+}
+
+// envName is the variable of the option whose flag is --name: one rule for
+// every option (--foo-bar is NODEID_FOO_BAR), checked by the tests.
+func envName(flag string) string {
+	return "NODEID_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+// oldName is the name an option had before it followed envName's rule. It
+// is still read: the new name wins, and both set to different values is an
+// error, so a rename never silently changes which value is used.
+type oldName struct{ flag, env string }
+
+// oldNames maps an option's flag to its old names (docs/cli.md, "Old names").
+var oldNames = map[string]oldName{
+	"s3-endpoint": {flag: "endpoint"},
+	"s3-region":   {flag: "region"},
+	"template":    {env: "NODEID_TEMPLATES"},
 }
 
 // repeatable options may be given more than once; their values are joined
@@ -314,4 +332,4 @@ func splitList(v string) []string {
 }
 
 // s3Options are the settings of every command that connects to S3.
-var s3Options = []string{"bucket", "prefix", "endpoint", "region", "s3-path-style", "log-format", "log-level"}
+var s3Options = []string{"bucket", "prefix", "s3-endpoint", "s3-region", "s3-path-style", "log-format", "log-level"}

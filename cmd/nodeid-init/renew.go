@@ -69,6 +69,7 @@ func cmdRenew(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	invocationOf(ctx).beginTenure()
 	sess.tenureLog(inst).Info("renewing adopted lease")
 	go sess.followPeers(ctx, "", nil) // for the metric
 	select {

@@ -129,6 +129,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		return err
 	}
+	invocationOf(ctx).beginTenure()
 	// The broker fences itself by the lease file: never start it on a
 	// lease it cannot see. Nothing ran, so the lease is given back.
 	if err := sess.leaseFileError(); err != nil {

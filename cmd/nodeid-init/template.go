@@ -55,7 +55,7 @@ func addrPort(addr string) string {
 }
 
 // parseTemplates parses the comma-separated SRC:DST list of --template and
-// NODEID_TEMPLATES, reading and parsing every SRC now so that a bad
+// NODEID_TEMPLATE, reading and parsing every SRC now so that a bad
 // template stops nodeid-init before anything is acquired or written.
 func parseTemplates(v string) ([]*templateSpec, error) {
 	var out []*templateSpec
