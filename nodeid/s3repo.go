@@ -68,7 +68,14 @@ func (l sdkLogger) Logf(c logging.Classification, format string, v ...any) {
 	case logging.Debug:
 		level = slog.LevelDebug
 	}
-	l.log.Log(context.Background(), level, fmt.Sprintf(format, v...), "component", "aws-sdk")
+	msg := fmt.Sprintf(format, v...)
+	if strings.HasPrefix(msg, "failed to discard remaining HTTP response body") {
+		// Connection reuse after an error answer the server closed early
+		// (an access-denied probe): the SDK's housekeeping, not news to
+		// an operator, and a second line beside the one error line.
+		level = slog.LevelDebug
+	}
+	l.log.Log(context.Background(), level, msg, "component", "aws-sdk")
 }
 
 // NewS3Client builds an S3 client for leases: the SDK retries reads a few

@@ -49,8 +49,10 @@ func TestStatusSaysWhenACamundaReleaseIsTaken(t *testing.T) {
 		t.Fatalf("node 0 after Camunda's release: %s, note %q; want released, takeable in T (Camunda release: nodeid waits L + 1 s ...)", rows[0].State, note)
 	}
 	in, err := time.ParseDuration(m[1])
-	if err != nil || in <= 0 || in > 3*time.Second {
-		t.Errorf("takeable in %q: want a duration in (0, L + 1 s = 3s]", m[1])
+	// Date and Last-Modified are whole seconds, each rounded its own way:
+	// the estimate may be one second longer than L + 1 s.
+	if err != nil || in <= 0 || in > 4*time.Second {
+		t.Errorf("takeable in %q: want a duration in (0, L + 1 s + 1 s = 4s]", m[1])
 	}
 	table := c.status(t, "--prefix", "")
 	if strings.Contains(table, "takeable now") || !strings.Contains(table, "Camunda release") {
