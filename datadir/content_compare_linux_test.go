@@ -14,24 +14,22 @@ import (
 	"time"
 )
 
-const reviewFIFOChildEnv = "NODEID_REVIEW24_FIFO_ROOT"
+const fifoCompareChildEnv = "NODEID_TEST_FIFO_COMPARE_ROOT"
 
-// Review rev24 (a file-system phase that can hang without a bound; the
-// fault model's tenant swapping entries under the root while we work):
-// after an ungraceful takeover validation compares each copied file byte
-// by byte (sameContent), reopening the source by name and never checking
-// that what it opened is still a regular file. A tenant (or stale holder)
+// After an ungraceful takeover validation compares each copied file byte
+// by byte, opening the source by name again. A tenant (or stale holder)
 // that swaps the source name for a FIFO it holds open for writing, after
-// validation's fstatat and before that open, makes Prepare block in read
-// for good: O_NONBLOCK only makes the open return, and the read parks on
-// the poller. nodeid-init's watchdog probes the data root, which answers,
-// and the lease is renewed; the node never starts.
+// validation's fstatat and before that open, would make Prepare block in
+// read for good (O_NONBLOCK only makes the open return; the read parks on
+// the poller), while nodeid-init's watchdog, probing the data root, sees
+// nothing wrong. What is opened must be the regular file judged:
+// ErrValidation, before any read.
 //
 // strace (-P victim) delays each openat and newfstatat of the name
 // "victim" by 1 s; the parent swaps it once validation's two fstatats of
 // it (source, target) are done.
-func TestReviewRev24FIFOSwappedBeforeTheContentCompareDoesNotHang(t *testing.T) {
-	if root := os.Getenv(reviewFIFOChildEnv); root != "" {
+func TestFIFOSwappedBeforeTheContentCompareFailsValidation(t *testing.T) {
+	if root := os.Getenv(fifoCompareChildEnv); root != "" {
 		_, _, err := Prepare(context.Background(), root, inst(0, 2), Options{Logger: quiet, Workers: 1})
 		fmt.Printf("A-RESULT validation=%v err=%v\n", errors.Is(err, ErrValidation), err)
 		os.Exit(0)
@@ -45,8 +43,8 @@ func TestReviewRev24FIFOSwappedBeforeTheContentCompareDoesNotHang(t *testing.T) 
 	trace := filepath.Join(t.TempDir(), "trace")
 	cmd := exec.Command(strace, "-f", "-qq", "-o", trace, "-P", "victim",
 		"-e", "trace=openat,newfstatat", "-e", "inject=openat,newfstatat:delay_enter=1000000",
-		os.Args[0], "-test.run=^TestReviewRev24FIFOSwappedBeforeTheContentCompareDoesNotHang$", "-test.count=1")
-	cmd.Env = append(os.Environ(), reviewFIFOChildEnv+"="+root)
+		os.Args[0], "-test.run=^TestFIFOSwappedBeforeTheContentCompareFailsValidation$", "-test.count=1")
+	cmd.Env = append(os.Environ(), fifoCompareChildEnv+"="+root)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
@@ -84,6 +82,9 @@ func TestReviewRev24FIFOSwappedBeforeTheContentCompareDoesNotHang(t *testing.T) 
 		t.Logf("child: %s", strings.TrimSpace(out.String()))
 		if !strings.Contains(out.String(), "A-RESULT") {
 			t.Fatalf("child ended without a result:\n%s", out.String())
+		}
+		if !strings.Contains(out.String(), "A-RESULT validation=true") {
+			t.Errorf("the swapped-in FIFO did not fail validation:\n%s", out.String())
 		}
 	case <-time.After(15 * time.Second):
 		// Where it is: the child's goroutine dump (SIGQUIT).
