@@ -119,12 +119,19 @@ func (t *tree) copyEntry(j *dirJob, f fileJob) error {
 		// Linked after a crash only with one name and settled.
 		if t.cfg.graceful || t.shareable(&st) {
 			err := t.link(fd, &st, j.dst, f.name, f.rel)
-			if !errors.Is(err, unix.EXDEV) {
+			switch {
+			case errors.Is(err, unix.EXDEV):
+				// On another mount (a mount point inside the source): no
+				// link can reach it, so its content is copied, as cp -a
+				// and copy mode do.
+			case errors.Is(err, unix.EPERM):
+				// Not ours to link: another user's file we may not write
+				// (fs.protected_hardlinks), or an immutable one. Failing
+				// would fail every preparation for good; cp -a copies it.
+				t.linkRefused.Add(1)
+			default:
 				return err
 			}
-			// On another mount (a mount point inside the source): no
-			// link can reach it, so its content is copied, as cp -a
-			// and copy mode do.
 		}
 	}
 	return t.copyFile(j, f.name, f.rel)

@@ -61,7 +61,10 @@ const (
 type Options struct {
 	// PreviousGraceful reports that the previous holder released its lease
 	// gracefully and so no longer writes into its directory. Every file is
-	// then hard-linked instead of copied.
+	// then hard-linked instead of copied, if the source is that holder's
+	// version (the one just below the version prepared); an older source
+	// is prepared as after an ungraceful takeover (see
+	// Result.PredecessorIncomplete).
 	PreviousGraceful bool
 
 	// Immutable lists patterns of files that are never modified after they
@@ -153,6 +156,13 @@ type Result struct {
 	BytesLinked int64
 	Symlinks    int64 // symbolic links recreated
 	Skipped     int64 // entries left out: the source's marker, Options.Skip matches, special files
+
+	// PredecessorIncomplete reports that Options.PreviousGraceful was set
+	// but the predecessor's version (K-1) was not complete (no valid
+	// marker): the source is an older version, or none, whose holder may
+	// still be writing, so it was prepared as after an ungraceful
+	// takeover.
+	PredecessorIncomplete bool
 
 	// Redone reports that the target existed as our own leftover of an
 	// interrupted preparation (or empty) and was removed first.

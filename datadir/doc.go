@@ -13,8 +13,8 @@
 // is its own, older version, and nothing it holds open is shared with the
 // new directory except files it is known not to write. Files are
 // hard-linked where sharing them cannot hurt: all files when the
-// previous holder released its lease gracefully (it has stopped writing),
-// otherwise only files matching Options.Immutable or Options.Rules (for
+// previous holder released its lease gracefully (it has stopped writing)
+// and the source is its version, otherwise only files matching Options.Immutable or Options.Rules (for
 // example the zeebe preset, Camunda 8.9's own rules). Everything else is copied,
 // because a stale holder may still write it. The copy is validated against
 // its source before the marker is written, so a source changed meanwhile

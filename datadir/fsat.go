@@ -173,7 +173,7 @@ func isEmpty(dir *os.File) (bool, error) {
 // that is not regular or one too large is errBadFile. O_NONBLOCK keeps a
 // planted FIFO from blocking the open.
 func readSmallFileAt(dir *os.File, name string) ([]byte, error) {
-	fd, err := unix.Openat(int(dir.Fd()), name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	fd, err := unix.Openat(int(dir.Fd()), name, openFileFlags, 0)
 	switch {
 	case errors.Is(err, unix.ELOOP):
 		return nil, fmt.Errorf("%s is a symlink: %w", name, errBadFile)
@@ -373,12 +373,28 @@ func readlinkat(dirfd int, name string) (string, error) {
 	}
 }
 
-// openFileAt opens the file name in dir for reading, without following a
-// symlink.
-func openFileAt(dir *os.File, name string) (*os.File, error) {
-	fd, err := unix.Openat(int(dir.Fd()), name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+// openFileFlags open a file for reading without following a symlink;
+// O_NONBLOCK keeps a FIFO planted under its name from blocking the open.
+const openFileFlags = unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC
+
+// openJudgedFileAt opens the file name in dir for reading, without
+// following a symlink, if it is still the regular file judged as want
+// (device and inode): else ErrValidation, before anything reads it.
+func openJudgedFileAt(dir *os.File, name string, want *unix.Stat_t) (*os.File, error) {
+	p := path.Join(dir.Name(), name)
+	fd, err := unix.Openat(int(dir.Fd()), name, openFileFlags, 0)
 	if err != nil {
-		return nil, &os.PathError{Op: "openat", Path: path.Join(dir.Name(), name), Err: err}
+		return nil, &os.PathError{Op: "openat", Path: p, Err: err}
 	}
-	return os.NewFile(uintptr(fd), path.Join(dir.Name(), name)), nil
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, &os.PathError{Op: "fstat", Path: p, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Dev != want.Dev || st.Ino != want.Ino {
+		unix.Close(fd)
+		return nil, fmt.Errorf("%w: %s is no longer the file validated (type %#o, inode %d; validated a regular file, inode %d)",
+			ErrValidation, p, st.Mode&unix.S_IFMT, st.Ino, want.Ino)
+	}
+	return os.NewFile(uintptr(fd), p), nil
 }

@@ -221,6 +221,20 @@ func prepare(ctx context.Context, root string, inst node.Instance, opts Options,
 		cfg.settledBefore = time.Unix(ip.Mtim.Unix()).Add(-cfg.settle)
 	}
 
+	// PreviousGraceful vouches only for the holder of K-1: an older
+	// source's holder may be a stale one still writing it. Building from
+	// the newest complete version is still the rule (the node must
+	// start), but as after an ungraceful takeover.
+	if cfg.graceful && inst.Version > 0 && (p.source.dir == nil || p.source.v != inst.Version-1) {
+		cfg.graceful, cfg.verifyContent = false, true
+		res.PredecessorIncomplete = true
+		var source any = "none"
+		if p.source.dir != nil {
+			source = int64(p.source.v)
+		}
+		log.Warn("the graceful predecessor's version is not complete: the source is prepared as after an ungraceful takeover",
+			"predecessor", filepath.Join(nodePath, versionDirName(inst.Version-1)), "source", source)
+	}
 	var (
 		from *node.Version
 		t    *tree

@@ -74,6 +74,7 @@ type tree struct {
 	filesLinked, bytesLinked atomic.Int64
 	symlinks, skipped        atomic.Int64
 	ownersLost               atomic.Int64 // entries whose owner could not be kept
+	linkRefused              atomic.Int64 // files copied because linking them was not permitted
 }
 
 // inodeKey identifies a source inode during the walk: an inode number is
@@ -232,6 +233,10 @@ func (t *tree) copyAndValidate(res *Result) (err error) {
 	stop()
 	if err != nil {
 		return fmt.Errorf("datadir: copying %s to %s: %w", t.src, t.dst, err)
+	}
+	if n := t.linkRefused.Load(); n > 0 {
+		t.log.Warn("files copied, not hard-linked: linking them was not permitted (another user's files under fs.protected_hardlinks?)",
+			"target", t.dst, "files", n, "uid", os.Geteuid())
 	}
 	if testHookBeforeValidate != nil {
 		testHookBeforeValidate(t.dstPath)

@@ -203,7 +203,7 @@ func (t *tree) validateEntry(j *dirJob, e dirEntry) error {
 			return bad("size %d in the target, %d in the source", ds.Size, ss.Size)
 		}
 		if t.cfg.verifyContent {
-			same, err := sameContent(src, dst, name)
+			same, err := sameContent(src, dst, name, &ss, &ds)
 			if err != nil {
 				return err
 			}
@@ -340,14 +340,16 @@ func (t *tree) recheckEntry(j *dirJob, name string, missing map[string]carriedEn
 }
 
 // sameContent compares the file name in two directories byte by byte: as
-// much I/O as a checksum of both, and no collisions.
-func sameContent(a, b *os.File, name string) (bool, error) {
-	fa, err := openFileAt(a, name)
+// much I/O as a checksum of both, and no collisions. Each side must still
+// be the regular file judged (sa, sb): the name is opened again, and a
+// FIFO swapped in meanwhile would block the read for good.
+func sameContent(a, b *os.File, name string, sa, sb *unix.Stat_t) (bool, error) {
+	fa, err := openJudgedFileAt(a, name, sa)
 	if err != nil {
 		return false, err
 	}
 	defer fa.Close()
-	fb, err := openFileAt(b, name)
+	fb, err := openJudgedFileAt(b, name, sb)
 	if err != nil {
 		return false, err
 	}
