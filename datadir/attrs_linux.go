@@ -1,6 +1,7 @@
 package datadir
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path"
@@ -182,4 +183,34 @@ func (t *tree) statSource(dirfd int, name string, e dirEntry, st *unix.Stat_t) e
 		}
 	}
 	return fstatat(dirfd, name, st)
+}
+
+// euid is who Prepare runs as: O_NOATIME is for the inode's owner, or one
+// with CAP_FOWNER (root).
+var euid = uint32(os.Geteuid())
+
+// openKeepingAtime opens name in dir (a directory with dir, else a file to
+// read) with O_NOATIME where the owner uid of that entry allows it.
+// Validation reads copies and lists target directories after their times
+// were set; on a relatime mount (the default) that would make their access
+// times the preparation's, where cp -a keeps the source's. On an inode of
+// another owner the flag is not asked for (EPERM, a system call lost per
+// entry); should the kernel refuse it anyway (root without CAP_FOWNER), the
+// open is made without it, and the access time may move. It returns the
+// flag granted, for reopening a directory to list it (readDirNamesFlags).
+func openKeepingAtime(dir *os.File, name string, uid uint32, isDir bool) (*os.File, int, error) {
+	open := openFileAtFlags
+	if isDir {
+		open = openDirAtFlags
+	}
+	if euid != 0 && euid != uid {
+		f, err := open(dir, name, 0)
+		return f, 0, err
+	}
+	f, err := open(dir, name, unix.O_NOATIME)
+	if errors.Is(err, unix.EPERM) {
+		f, err = open(dir, name, 0)
+		return f, 0, err
+	}
+	return f, unix.O_NOATIME, err
 }
