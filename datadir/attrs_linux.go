@@ -99,8 +99,9 @@ func (t *tree) finishDir(d *os.File, dst, st *unix.Stat_t, rel string) error {
 	return nil
 }
 
-// finishTop gives the target version directory the owner and times of the
-// source's; its mode is Prepare's (DirMode). It runs once the walk is done.
+// finishTop gives the target version directory the owner of the source's;
+// its mode is Prepare's (DirMode), its times are set last (keepTopTimes).
+// It runs once the walk is done.
 func (t *tree) finishTop(st *unix.Stat_t) error {
 	fd := int(t.dstDir.Fd())
 	var dst unix.Stat_t
@@ -110,12 +111,19 @@ func (t *tree) finishTop(st *unix.Stat_t) error {
 	if _, err := t.keepOwner(fd, false, st, &dst, "."); err != nil {
 		return err
 	}
-	if err := futimens(fd, st); err != nil {
-		return &os.PathError{Op: "futimens", Path: t.dstDir.Name(), Err: err}
-	}
 	if n := t.ownersLost.Load(); n > 0 {
 		t.log.Warn("owners not kept: copies belong to the preparing user, setuid and setgid dropped",
 			"target", t.dst, "entries", n, "uid", os.Geteuid())
+	}
+	return nil
+}
+
+// keepTopTimes gives the target version directory the times of the
+// source's, once nothing more is written into it or listed: the marker,
+// the in-progress file's removal and the checks would otherwise move them.
+func (t *tree) keepTopTimes() error {
+	if err := futimens(int(t.dstDir.Fd()), &t.topStat); err != nil {
+		return &os.PathError{Op: "futimens", Path: t.dstDir.Name(), Err: err}
 	}
 	return nil
 }

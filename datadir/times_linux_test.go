@@ -34,3 +34,23 @@ func TestAccessTimesOfCopiesAreKept(t *testing.T) {
 		}
 	}
 }
+
+// vK gets vJ's times. The marker and the in-progress file are written into
+// (and removed from) vK after the walk: its times used to be set before
+// them, so its mtime was the preparation's.
+func TestVersionDirectoryKeepsTheSourcesMtime(t *testing.T) {
+	root := t.TempDir()
+	v1 := makeVersion(t, root, 0, 1, map[string]string{"data": "x"}, 1)
+	old := time.Date(2020, 1, 2, 3, 4, 5, 0, time.UTC)
+	if err := os.Chtimes(v1, old, old); err != nil {
+		t.Fatal(err)
+	}
+	dir, _ := mustPrepare(t, root, inst(0, 2), Options{PreviousGraceful: true})
+	fi, err := os.Stat(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !fi.ModTime().Equal(old) {
+		t.Errorf("v2 mtime %v, v1's %v", fi.ModTime().UTC(), old)
+	}
+}
