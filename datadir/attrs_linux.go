@@ -1,6 +1,7 @@
 package datadir
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path"
@@ -98,8 +99,9 @@ func (t *tree) finishDir(d *os.File, dst, st *unix.Stat_t, rel string) error {
 	return nil
 }
 
-// finishTop gives the target version directory the owner and times of the
-// source's; its mode is Prepare's (DirMode). It runs once the walk is done.
+// finishTop gives the target version directory the owner of the source's;
+// its mode is Prepare's (DirMode), its times are set last (keepTopTimes).
+// It runs once the walk is done.
 func (t *tree) finishTop(st *unix.Stat_t) error {
 	fd := int(t.dstDir.Fd())
 	var dst unix.Stat_t
@@ -109,12 +111,19 @@ func (t *tree) finishTop(st *unix.Stat_t) error {
 	if _, err := t.keepOwner(fd, false, st, &dst, "."); err != nil {
 		return err
 	}
-	if err := futimens(fd, st); err != nil {
-		return &os.PathError{Op: "futimens", Path: t.dstDir.Name(), Err: err}
-	}
 	if n := t.ownersLost.Load(); n > 0 {
 		t.log.Warn("owners not kept: copies belong to the preparing user, setuid and setgid dropped",
 			"target", t.dst, "entries", n, "uid", os.Geteuid())
+	}
+	return nil
+}
+
+// keepTopTimes gives the target version directory the times of the
+// source's, once nothing more is written into it or listed: the marker,
+// the in-progress file's removal and the checks would otherwise move them.
+func (t *tree) keepTopTimes() error {
+	if err := futimens(int(t.dstDir.Fd()), &t.topStat); err != nil {
+		return &os.PathError{Op: "futimens", Path: t.dstDir.Name(), Err: err}
 	}
 	return nil
 }
@@ -182,4 +191,47 @@ func (t *tree) statSource(dirfd int, name string, e dirEntry, st *unix.Stat_t) e
 		}
 	}
 	return fstatat(dirfd, name, st)
+}
+
+// euid is who Prepare runs as: O_NOATIME is for the inode's owner, or one
+// with CAP_FOWNER (root).
+var euid = uint32(os.Geteuid())
+
+// openKeepingAtime opens name in dir (a directory with dir, else a file to
+// read) with O_NOATIME where the owner uid of that entry allows it.
+// Validation reads copies and lists target directories after their times
+// were set; on a relatime mount (the default) that would make their access
+// times the preparation's, where cp -a keeps the source's. On an inode of
+// another owner the flag is not asked for (EPERM, a system call lost per
+// entry); should the kernel refuse it anyway (root without CAP_FOWNER), the
+// open is made without it, and the access time may move. It returns the
+// flag granted, for reopening a directory to list it (readDirNamesFlags).
+func openKeepingAtime(dir *os.File, name string, uid uint32, isDir bool) (*os.File, int, error) {
+	open := openFileAtFlags
+	if isDir {
+		open = openDirAtFlags
+	}
+	if euid != 0 && euid != uid {
+		f, err := open(dir, name, 0)
+		return f, 0, err
+	}
+	f, err := open(dir, name, unix.O_NOATIME)
+	if errors.Is(err, unix.EPERM) {
+		f, err = open(dir, name, 0)
+		return f, 0, err
+	}
+	return f, unix.O_NOATIME, err
+}
+
+// openJudgedKeepingAtime is openJudgedFileAt, asking for O_NOATIME as
+// openKeepingAtime does.
+func openJudgedKeepingAtime(dir *os.File, name string, want *unix.Stat_t) (*os.File, error) {
+	if euid != 0 && euid != want.Uid {
+		return openJudgedFileAt(dir, name, want, 0)
+	}
+	f, err := openJudgedFileAt(dir, name, want, unix.O_NOATIME)
+	if errors.Is(err, unix.EPERM) {
+		return openJudgedFileAt(dir, name, want, 0)
+	}
+	return f, err
 }

@@ -438,6 +438,10 @@ func TestCamundaCrashDuringMarkerWrite(t *testing.T) {
 		{"truncated", `{"initializedAt":17645472`, false},
 		{"complete, trailing data", `{"initializedAt":1764547200123,"version":3,"initializedFrom":2}x`, true},
 		{"complete, other version", camundaMarker(5, nil), true},
+		// NULs where JSON can end, or after what no JSON starts with, are
+		// no torn write (TestZeroFilledMarkerIsIncomplete).
+		{"complete, trailing NULs", camundaMarker(3, ver(2)) + "\x00\x00", true},
+		{"garbage, trailing NULs", `{"initializedAt":x` + "\x00\x00", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root, _ := camundaRoot(t)
@@ -453,6 +457,36 @@ func TestCamundaCrashDuringMarkerWrite(t *testing.T) {
 			case !tc.refused && res.Source != 2:
 				t.Errorf("source = %d, want v2", res.Source)
 			}
+			equalMaps(t, snapshotTree(t, v3), before)
+		})
+	}
+}
+
+// A crash during Camunda's marker write on a file system that persisted
+// the size before the data (XFS, ext4 data=writeback, NFS write-behind)
+// leaves a marker of NUL bytes, or a prefix followed by NULs: as incomplete
+// as the empty and truncated markers above, and no reason to refuse. It
+// used to be judged a complete unreadable marker: ErrUnrecognized (exit 6)
+// at this and every later version, since it stays above every source.
+func TestZeroFilledMarkerIsIncomplete(t *testing.T) {
+	full := camundaMarker(3, ver(2))
+	for name, marker := range map[string]string{
+		"all NUL":        strings.Repeat("\x00", len(full)),
+		"prefix and NUL": full[:20] + strings.Repeat("\x00", len(full)-20),
+	} {
+		t.Run(name, func(t *testing.T) {
+			root, _ := camundaRoot(t)
+			v3 := filepath.Join(root, "node-0", "v3")
+			writeFiles(t, v3, map[string]string{MarkerName: marker})
+			before := snapshotTree(t, v3)
+			_, res, err := Prepare(context.Background(), root, inst(0, 4), Options{Cluster: clusterA, Logger: quiet})
+			if err != nil {
+				t.Fatalf("err = %v", err)
+			}
+			if res.Source != 2 {
+				t.Errorf("source = %d, want v2", res.Source)
+			}
+			// Not ours: never deleted on that judgement.
 			equalMaps(t, snapshotTree(t, v3), before)
 		})
 	}

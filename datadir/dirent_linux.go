@@ -33,7 +33,13 @@ func statType(dirfd int, name string) (fs.FileMode, error) {
 // (DT_UNKNOWN) it asks fstatat relative to dir, never a path (os.ReadDir
 // would lstat by path).
 func readDirEntries(dir *os.File) ([]dirEntry, error) {
-	d, err := openDirAt(dir, ".")
+	return readDirEntriesFlags(dir, 0)
+}
+
+// readDirEntriesFlags is readDirEntries, reopening dir with the open(2)
+// flags extra added (O_NOATIME: see openKeepingAtime).
+func readDirEntriesFlags(dir *os.File, extra int) ([]dirEntry, error) {
+	d, err := openDirAtFlags(dir, ".", extra)
 	if err != nil {
 		return nil, err
 	}

@@ -14,7 +14,13 @@ import (
 // readDirEntries lists dir from its start, sorted, with types from
 // fstatat relative to dir (the portable way; Linux reads them from getdents).
 func readDirEntries(dir *os.File) ([]dirEntry, error) {
-	names, err := readDirNames(dir)
+	return readDirEntriesFlags(dir, 0)
+}
+
+// readDirEntriesFlags is readDirEntries, reopening dir with the open(2)
+// flags extra added.
+func readDirEntriesFlags(dir *os.File, extra int) ([]dirEntry, error) {
+	names, err := readDirNamesFlags(dir, extra)
 	if err != nil {
 		return nil, err
 	}

@@ -69,7 +69,12 @@ func unlinkAt(dir *os.File, name string) error {
 // openDirAt opens the directory name in dir without following a symlink.
 // Anything that is not a directory, a symlink included, is ENOTDIR or ELOOP.
 func openDirAt(dir *os.File, name string) (*os.File, error) {
-	fd, err := unix.Openat(int(dir.Fd()), name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	return openDirAtFlags(dir, name, 0)
+}
+
+// openDirAtFlags is openDirAt with the open(2) flags extra added.
+func openDirAtFlags(dir *os.File, name string, extra int) (*os.File, error) {
+	fd, err := unix.Openat(int(dir.Fd()), name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC|extra, 0)
 	if err != nil {
 		return nil, &os.PathError{Op: "openat", Path: path.Join(dir.Name(), name), Err: err}
 	}
@@ -143,7 +148,13 @@ func openRootAt(root *os.Root, name string, want *os.File) (*os.Root, error) {
 
 // readDirNames lists dir from its start, whatever has been read from dir.
 func readDirNames(dir *os.File) ([]string, error) {
-	d, err := openDirAt(dir, ".")
+	return readDirNamesFlags(dir, 0)
+}
+
+// readDirNamesFlags is readDirNames, reopening dir with the open(2) flags
+// extra added (O_NOATIME: see openKeepingAtime).
+func readDirNamesFlags(dir *os.File, extra int) ([]string, error) {
+	d, err := openDirAtFlags(dir, ".", extra)
 	if err != nil {
 		return nil, err
 	}
@@ -377,12 +388,23 @@ func readlinkat(dirfd int, name string) (string, error) {
 // O_NONBLOCK keeps a FIFO planted under its name from blocking the open.
 const openFileFlags = unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC
 
+// openFileAtFlags opens the file name in dir for reading, without
+// following a symlink, with the open(2) flags extra added.
+func openFileAtFlags(dir *os.File, name string, extra int) (*os.File, error) {
+	fd, err := unix.Openat(int(dir.Fd()), name, openFileFlags|extra, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "openat", Path: path.Join(dir.Name(), name), Err: err}
+	}
+	return os.NewFile(uintptr(fd), path.Join(dir.Name(), name)), nil
+}
+
 // openJudgedFileAt opens the file name in dir for reading, without
-// following a symlink, if it is still the regular file judged as want
-// (device and inode): else ErrValidation, before anything reads it.
-func openJudgedFileAt(dir *os.File, name string, want *unix.Stat_t) (*os.File, error) {
+// following a symlink and with the open(2) flags extra added, if it is
+// still the regular file judged as want (device and inode): else
+// ErrValidation, before anything reads it.
+func openJudgedFileAt(dir *os.File, name string, want *unix.Stat_t, extra int) (*os.File, error) {
 	p := path.Join(dir.Name(), name)
-	fd, err := unix.Openat(int(dir.Fd()), name, openFileFlags, 0)
+	fd, err := unix.Openat(int(dir.Fd()), name, openFileFlags|extra, 0)
 	if err != nil {
 		return nil, &os.PathError{Op: "openat", Path: p, Err: err}
 	}

@@ -92,7 +92,7 @@ func readMarkerAt(dir *os.File, file string, v node.Version) (Marker, error) {
 		// Empty, or a prefix of JSON: a crash while the marker was written
 		// (Camunda creates it, then writes it). Such a directory was never
 		// complete in any format, so it counts as having no marker.
-		if len(bytes.TrimSpace(b)) == 0 || errors.Is(err, io.ErrUnexpectedEOF) {
+		if torn(b) || errors.Is(err, io.ErrUnexpectedEOF) {
 			return Marker{}, fmt.Errorf("%w: %s is incomplete", errNoMarker, name)
 		}
 		return Marker{}, fmt.Errorf("%w: %s: %v", errBadMarker, name, err)
@@ -111,6 +111,24 @@ func readMarkerAt(dir *os.File, file string, v node.Version) (Marker, error) {
 		return Marker{}, fmt.Errorf("%w: %s: initializedFrom %d is not below %d", errBadMarker, name, *w.InitializedFrom, v)
 	}
 	return Marker{InitializedAt: at, Version: *w.Version, InitializedFrom: w.InitializedFrom}, nil
+}
+
+// torn reports whether b is what a crash during a write leaves: nothing
+// but white space, or NUL bytes after at most a prefix of JSON. A file
+// system that persisted the size before the data (XFS, ext4
+// data=writeback, NFS write-behind) reads back NULs where the data did not
+// reach the disk. NULs where a JSON value can end, or after what no JSON
+// starts with, are not that: the write was complete, or never JSON.
+func torn(b []byte) bool {
+	p := bytes.TrimRight(b, "\x00")
+	if len(bytes.TrimSpace(p)) == 0 {
+		return true
+	}
+	if len(p) == len(b) {
+		return false
+	}
+	var v any
+	return errors.Is(json.NewDecoder(bytes.NewReader(p)).Decode(&v), io.ErrUnexpectedEOF)
 }
 
 // parseInitializedAt accepts the RFC 3339 string this package writes and the

@@ -76,6 +76,10 @@ type dirJob struct {
 	pending  atomic.Int64
 	finish   func(*dirJob)
 
+	// Flags added when src and dst are reopened to be listed (O_NOATIME
+	// where it was granted: see openKeepingAtime).
+	srcFlags, dstFlags int
+
 	mu    sync.Mutex
 	queue []func() // batches of j's entries not started yet (see spread)
 }

@@ -320,6 +320,13 @@ func prepare(ctx context.Context, root string, inst node.Instance, opts Options,
 	case err != nil:
 		log.Warn("cannot remove the in-progress file", "dir", dir, "err", err)
 	}
+	// vK gets vJ's times last: the marker and the in-progress file moved
+	// them. The directory is valid and ready, so a failure is logged.
+	if t != nil {
+		if err := t.keepTopTimes(); err != nil {
+			log.Warn("cannot give the new directory the source's times", "dir", dir, "err", err)
+		}
+	}
 
 	p.close() // GC may remove the source
 	if claim {

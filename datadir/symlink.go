@@ -17,10 +17,12 @@ const maxLinks = 40
 // the version directory r, as the kernel would, one component at a time:
 // it follows only symlinks that exist, through lstat and readlink in r,
 // and reports whether the resolution leaves r ("" if it does not). Where a
-// component does not resolve (missing, a path through a regular file, a
-// loop) the rest is judged lexically: such a link points nowhere now, and
-// if it ever resolves, it is within what its text allows. An error other
-// than those is returned: the link cannot be judged.
+// component does not resolve (missing, a path through a regular file) the
+// rest is judged lexically: such a link points nowhere now, and if it ever
+// resolves, it is within what its text allows. A resolution that needs more
+// than maxLinks expansions is a loop the kernel never follows anywhere: it
+// stays inside if it did up to there. An error other than those is
+// returned: the link cannot be judged.
 func escapes(r *os.Root, rel, target string) (string, error) {
 	var cur []string // the resolved directory so far: real directories of r
 	if d := path.Dir(rel); d != "." {
@@ -59,9 +61,11 @@ func escapes(r *os.Root, rel, target string) (string, error) {
 			continue
 		}
 		if links++; links > maxLinks {
-			// A loop: nothing to resolve to.
-			lexical, cur = true, next
-			continue
+			// A loop: the kernel gives up here (ELOOP) and follows it
+			// nowhere, so nothing past this point can escape. Judging
+			// the rest lexically would count the ".." of every
+			// expansion (l -> l/..) as a step up.
+			return "", nil
 		}
 		t, err := r.Readlink(p)
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 )
 
@@ -63,6 +64,36 @@ func TestSymlinkEscapesJudgedWithoutFollowing(t *testing.T) {
 			_, _, err := Prepare(context.Background(), root, inst(0, 2), Options{Logger: quiet})
 			if !errors.Is(err, ErrUnsafeSymlink) {
 				t.Fatalf("err = %v, want ErrUnsafeSymlink", err)
+			}
+		})
+	}
+}
+
+// A loop whose text has a ".." after the self-reference (l -> l/..) never
+// resolves (ELOOP) and stays inside: kept, as cp -a keeps it. The ".."
+// of every expansion used to pile up past the 40th and read as an escape,
+// so every later preparation failed.
+func TestSymlinkLoopWithDotDotIsKept(t *testing.T) {
+	for name, l := range map[string][2]string{
+		"top":    {"l", "l/.."},
+		"subdir": {"d/l", "../d/l/.."},
+	} {
+		t.Run(name, func(t *testing.T) {
+			root := t.TempDir()
+			src := makeVersion(t, root, 0, 1, map[string]string{"d/f": "f"}, 1)
+			if err := os.Symlink(l[1], filepath.Join(src, l[0])); err != nil {
+				t.Fatal(err)
+			}
+			// The kernel never resolves it.
+			if _, err := os.Stat(filepath.Join(src, l[0])); !errors.Is(err, syscall.ELOOP) {
+				t.Fatalf("stat %s: %v, want ELOOP", l[0], err)
+			}
+			dir, _, err := Prepare(context.Background(), root, inst(0, 2), Options{Logger: quiet})
+			if err != nil {
+				t.Fatalf("Prepare with %s -> %s (a loop, lexically inside): %v", l[0], l[1], err)
+			}
+			if got, _ := os.Readlink(filepath.Join(dir, l[0])); got != l[1] {
+				t.Errorf("%s -> %q, want %q", l[0], got, l[1])
 			}
 		})
 	}

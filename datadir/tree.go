@@ -40,6 +40,7 @@ type tree struct {
 
 	// The source and target as Prepare inspected and created them.
 	srcDir, dstDir *os.File
+	topStat        unix.Stat_t // srcDir's, for the target's owner and times
 
 	srcRoot *os.Root // the source, to resolve symlink chains in checkSymlink
 	// The target, where validation resolves them: its links are the ones
@@ -250,15 +251,14 @@ func (t *tree) copyAndValidate(res *Result) (err error) {
 // goroutines: on NFS each of those system calls is a round trip, and
 // they overlap.
 func (t *tree) copyTop() error {
-	var st unix.Stat_t
-	if err := unix.Fstat(int(t.srcDir.Fd()), &st); err != nil {
+	if err := unix.Fstat(int(t.srcDir.Fd()), &t.topStat); err != nil {
 		return &os.PathError{Op: "fstat", Path: t.srcDir.Name(), Err: err}
 	}
 	t.err = nil
 	t.pool = newPool()
 	top := &dirJob{src: t.srcDir, dst: t.dstDir, finish: func(*dirJob) {
 		if t.firstErr() == nil {
-			t.setErr(t.finishTop(&st))
+			t.setErr(t.finishTop(&t.topStat))
 		}
 	}}
 	top.start()

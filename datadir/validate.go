@@ -52,12 +52,12 @@ func (t *tree) validateList(j *dirJob) {
 	if t.stopped() {
 		return
 	}
-	entries, err := readDirEntries(j.src)
+	entries, err := readDirEntriesFlags(j.src, j.srcFlags)
 	if err != nil {
 		t.setErr(err)
 		return
 	}
-	names, err := readDirNames(j.dst)
+	names, err := readDirNamesFlags(j.dst, j.dstFlags)
 	if err != nil {
 		t.setErr(err)
 		return
@@ -141,7 +141,7 @@ func (t *tree) validateEntry(j *dirJob, e dirEntry) error {
 	switch m.act {
 	case actDir:
 		j.start()
-		t.pool.add(func() { t.validateSubdir(j, name, rel) })
+		t.pool.add(func() { t.validateSubdir(j, name, rel, ss.Uid, ds.Uid) })
 	case actSymlink:
 		st, err := readlinkat(sfd, name)
 		if err != nil {
@@ -216,26 +216,27 @@ func (t *tree) validateEntry(j *dirJob, e dirEntry) error {
 }
 
 // validateSubdir opens the directory name in parent's source and target
-// and validates it. It is one of parent's tasks.
-func (t *tree) validateSubdir(parent *dirJob, name, rel string) {
+// (owned by suid and duid: see openKeepingAtime) and validates it. It is
+// one of parent's tasks.
+func (t *tree) validateSubdir(parent *dirJob, name, rel string, suid, duid uint32) {
 	if t.stopped() {
 		parent.done()
 		return
 	}
-	s, err := openDirAt(parent.src, name)
+	s, sf, err := openKeepingAtime(parent.src, name, suid, true)
 	if err != nil {
 		t.setErr(err)
 		parent.done()
 		return
 	}
-	d, err := openDirAt(parent.dst, name)
+	d, df, err := openKeepingAtime(parent.dst, name, duid, true)
 	if err != nil {
 		s.Close()
 		t.setErr(err)
 		parent.done()
 		return
 	}
-	j := &dirJob{parent: parent, src: s, dst: d, name: name, rel: rel, finish: func(j *dirJob) {
+	j := &dirJob{parent: parent, src: s, dst: d, name: name, rel: rel, srcFlags: sf, dstFlags: df, finish: func(j *dirJob) {
 		j.src.Close()
 		j.dst.Close()
 	}}
@@ -274,7 +275,7 @@ func (t *tree) recheckDir(j *dirJob, missing map[string]carriedEntry, mu *sync.M
 	if t.stopped() {
 		return
 	}
-	names, err := readDirNames(j.dst)
+	names, err := readDirNamesFlags(j.dst, j.dstFlags)
 	if err != nil {
 		t.setErr(err)
 		return
@@ -321,8 +322,9 @@ func (t *tree) recheckEntry(j *dirJob, name string, missing map[string]carriedEn
 	// Opened by its own task, as the copy and validation do: opened here,
 	// every subdirectory of a large directory would be open at once.
 	j.start()
+	uid := st.Uid
 	t.pool.add(func() {
-		sub, err := openDirAt(j.dst, name)
+		sub, flags, err := openKeepingAtime(j.dst, name, uid, true)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
 			j.done() // what was below it is reported as missing
@@ -332,7 +334,7 @@ func (t *tree) recheckEntry(j *dirJob, name string, missing map[string]carriedEn
 			j.done()
 			return
 		}
-		sj := &dirJob{parent: j, dst: sub, name: name, rel: rel, finish: func(j *dirJob) { j.dst.Close() }}
+		sj := &dirJob{parent: j, dst: sub, name: name, rel: rel, dstFlags: flags, finish: func(j *dirJob) { j.dst.Close() }}
 		sj.start()
 		t.recheckDir(sj, missing, mu)
 	})
@@ -342,14 +344,15 @@ func (t *tree) recheckEntry(j *dirJob, name string, missing map[string]carriedEn
 // sameContent compares the file name in two directories byte by byte: as
 // much I/O as a checksum of both, and no collisions. Each side must still
 // be the regular file judged (sa, sb): the name is opened again, and a
-// FIFO swapped in meanwhile would block the read for good.
+// FIFO swapped in meanwhile would block the read for good. The reads keep
+// the access times where permitted (openKeepingAtime).
 func sameContent(a, b *os.File, name string, sa, sb *unix.Stat_t) (bool, error) {
-	fa, err := openJudgedFileAt(a, name, sa)
+	fa, err := openJudgedKeepingAtime(a, name, sa)
 	if err != nil {
 		return false, err
 	}
 	defer fa.Close()
-	fb, err := openJudgedFileAt(b, name, sb)
+	fb, err := openJudgedKeepingAtime(b, name, sb)
 	if err != nil {
 		return false, err
 	}
