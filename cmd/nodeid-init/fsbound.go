@@ -157,22 +157,62 @@ func (sess *session) boundPrepare() (prepared func(error)) {
 	}
 }
 
-// syncDataBounded is syncData within --fs-timeout; a syncfs that does not
-// return in time abandons the process.
-func (sess *session) syncDataBounded(dir string) error {
+// openDataDirBounded opens the data directory dir (openDataDir) within
+// --fs-timeout, right after the preparation and before the command starts:
+// the stop sequence's syncfs goes through this descriptor. syncfs reports a
+// write-back error only to descriptors opened before it was first seen, so
+// one opened at stop would miss an error another syncfs (another node's on
+// the same EFS mount, or Prepare's) reported first, and release the lease
+// over lost writes.
+func (sess *session) openDataDirBounded(dir string) (*os.File, error) {
 	if dir == "" {
+		return nil, nil
+	}
+	var f *os.File
+	err := sess.boundedFS("prepare", "open of "+dir, func() (err error) {
+		f, err = openDataDir(dir)
+		return err
+	})
+	return f, err
+}
+
+// syncDataBounded is syncData of d, the data directory dir held since the
+// start, within --fs-timeout; a syncfs that does not return in time
+// abandons the process. dir is then opened again below the data root, as
+// the successor will find it, and flushed once more: a directory swapped
+// for a symlink meanwhile fails, and a file system that stopped answering
+// hangs there even where the syncfs of d returned at once (FUSE without
+// SYNCFS, NFS with nothing dirty).
+func (sess *session) syncDataBounded(d *os.File, dir string) error {
+	if d == nil {
 		return nil
 	}
+	return sess.boundedFS("stop", "syncfs of "+dir, func() error {
+		if err := syncData(d); err != nil {
+			return err
+		}
+		f, err := openDataDir(dir)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		return syncData(f)
+	})
+}
+
+// boundedFS runs fn, a call on the data root, on its own goroutine and
+// abandons the process (phase) if it does not return within --fs-timeout.
+func (sess *session) boundedFS(phase, what string, fn func() error) error {
 	bound := sess.s.fsBound()
 	done := make(chan error, 1)
-	go func() { done <- syncData(dir) }()
+	go func() { done <- fn() }()
 	timer := time.NewTimer(bound)
 	defer timer.Stop()
 	select {
 	case err := <-done:
 		return err
 	case <-timer.C:
-		sess.abandonOnHang("stop", fmt.Errorf("%w: syncfs of %s did not return within %v", errFSHung, dir, bound))
+		sess.abandonOnHang(phase, fmt.Errorf("%w: %s did not return within %v", errFSHung, what, bound))
 		return nil // not reached
 	}
 }
