@@ -13,6 +13,7 @@ import (
 	"path"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -62,6 +63,7 @@ func (t *tree) validateList(j *dirJob) {
 		t.setErr(err)
 		return
 	}
+	step(t.cfg.steps)
 	inSource := make(map[string]bool, len(entries))
 	for _, e := range entries {
 		inSource[e.Name()] = true
@@ -87,6 +89,7 @@ func (t *tree) validateList(j *dirJob) {
 					return
 				}
 				t.setErr(t.validateEntry(j, e))
+				step(t.cfg.steps)
 			}
 		})
 	}
@@ -203,7 +206,7 @@ func (t *tree) validateEntry(j *dirJob, e dirEntry) error {
 			return bad("size %d in the target, %d in the source", ds.Size, ss.Size)
 		}
 		if t.cfg.verifyContent {
-			same, err := sameContent(src, dst, name)
+			same, err := sameContent(src, dst, name, t.cfg.steps)
 			if err != nil {
 				return err
 			}
@@ -279,6 +282,7 @@ func (t *tree) recheckDir(j *dirJob, missing map[string]carriedEntry, mu *sync.M
 		t.setErr(err)
 		return
 	}
+	step(t.cfg.steps)
 	var batches []func()
 	for b := range slices.Chunk(names, batch) {
 		batches = append(batches, func() {
@@ -287,6 +291,7 @@ func (t *tree) recheckDir(j *dirJob, missing map[string]carriedEntry, mu *sync.M
 					return
 				}
 				t.setErr(t.recheckEntry(j, name, missing, mu))
+				step(t.cfg.steps)
 			}
 		})
 	}
@@ -340,8 +345,9 @@ func (t *tree) recheckEntry(j *dirJob, name string, missing map[string]carriedEn
 }
 
 // sameContent compares the file name in two directories byte by byte: as
-// much I/O as a checksum of both, and no collisions.
-func sameContent(a, b *os.File, name string) (bool, error) {
+// much I/O as a checksum of both, and no collisions. Each chunk compared is
+// a step of progress.
+func sameContent(a, b *os.File, name string, steps *atomic.Int64) (bool, error) {
 	fa, err := openFileAt(a, name)
 	if err != nil {
 		return false, err
@@ -357,6 +363,7 @@ func sameContent(a, b *os.File, name string) (bool, error) {
 	for {
 		na, erra := io.ReadFull(fa, ba)
 		nb, errb := io.ReadFull(fb, bb)
+		step(steps)
 		if !bytes.Equal(ba[:na], bb[:nb]) {
 			return false, nil
 		}

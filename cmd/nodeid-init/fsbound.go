@@ -132,6 +132,36 @@ func (sess *session) watchFS(phase, dir string) (stop func()) {
 	return sync.OnceFunc(func() { close(done) })
 }
 
+// watchProgress abandons the process if n, a phase's count of steps done
+// (datadir.Options.Progress: entries, and chunks of bytes, so a large file
+// is progress too), does not move for --fs-timeout: some call of the phase
+// did not return.
+func (sess *session) watchProgress(phase string, n *atomic.Int64) (stop func()) {
+	bound := sess.s.fsBound()
+	every := min(bound/4, 2*time.Second)
+	done := make(chan struct{})
+	go func() {
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		last, since := n.Load(), time.Now()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+			if v := n.Load(); v != last {
+				last, since = v, time.Now()
+				continue
+			}
+			if stalled := time.Since(since); stalled >= bound {
+				sess.abandonOnHang(phase, fmt.Errorf("%w: no progress for %v (%d steps done)", errFSHung, stalled.Round(time.Millisecond), last))
+			}
+		}
+	}()
+	return sync.OnceFunc(func() { close(done) })
+}
+
 func probeDir(dir string) {
 	if f, err := os.Open(dir); err == nil {
 		_, _ = f.Readdirnames(1)
@@ -146,11 +176,19 @@ func probeDir(dir string) {
 // does not return it for these calls, a FUSE or NFS mount does when a call
 // waiting on its server is interrupted (Go's preemption signals do that),
 // i.e. the server was not answering.
-func (sess *session) boundPrepare() (prepared func(error)) {
+//
+// progress is the preparation's datadir.Options.Progress: a second watchdog
+// abandons the process when it stands still for --fs-timeout. The probe
+// reaches only the data root's file system, while the copy also walks into
+// whatever is mounted inside the source (copied as cp -a copies it): a hung
+// mount there stops the preparation, and only its progress shows it.
+func (sess *session) boundPrepare(progress *atomic.Int64) (prepared func(error)) {
 	datadir.SyncTimeout = sess.s.fsBound()
-	stop := sess.watchFS("prepare", sess.s.dataRoot)
+	stopProbe := sess.watchFS("prepare", sess.s.dataRoot)
+	stopProgress := sess.watchProgress("prepare", progress)
 	return func(err error) {
-		stop()
+		stopProbe()
+		stopProgress()
 		if errors.Is(err, datadir.ErrSyncTimeout) || errors.Is(err, syscall.EINTR) {
 			sess.abandonOnHang("prepare", err)
 		}
