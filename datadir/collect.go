@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 
@@ -59,14 +60,14 @@ func Collect(ctx context.Context, root string, inst node.Instance, opts Options)
 		return nil, err
 	}
 	defer node.Close()
-	removed, _, err := collect(ctx, node.f, filepath.Join(root, nodeDirName(inst.ID)), inst.Version, cfg.keep, cfg.cluster, log)
+	removed, _, err := collect(ctx, node.f, filepath.Join(root, nodeDirName(inst.ID)), inst.Version, cfg.keep, cfg.cluster, log, cfg.steps)
 	return removed, err
 }
 
 // collect implements Collect on an open node directory; nodePath is only for
 // messages. It also returns the directories it left because another file
 // system is mounted in or on them (see errMountPoint).
-func collect(ctx context.Context, node *os.File, nodePath string, current node.Version, keep int, c Cluster, log *slog.Logger) (_ []string, mounts []string, _ error) {
+func collect(ctx context.Context, node *os.File, nodePath string, current node.Version, keep int, c Cluster, log *slog.Logger, steps *atomic.Int64) (_ []string, mounts []string, _ error) {
 	vs, err := versionDirs(node)
 	if err != nil {
 		return nil, nil, err
@@ -95,9 +96,9 @@ func collect(ctx context.Context, node *os.File, nodePath string, current node.V
 			e.close()
 			continue
 		case e.st == stateValid:
-			err = removeValid(node, e, c)
+			err = removeValid(node, e, c, steps)
 		case e.st == stateLeftover, e.st == stateEmpty, e.st == stateNoData:
-			err = removeUnfinished(node, e)
+			err = removeUnfinished(node, e, steps)
 		default:
 			notOurs = append(notOurs, p)
 			continue
@@ -129,7 +130,7 @@ func collect(ctx context.Context, node *os.File, nodePath string, current node.V
 // everything else goes, removingName last. A crash at any point leaves a
 // directory that is valid (a complete copy) or ours, never one that is
 // half-deleted yet unrecognisable.
-func removeValid(node *os.File, e entry, c Cluster) error {
+func removeValid(node *os.File, e entry, c Cluster, steps *atomic.Int64) error {
 	if err := checkVersionNotMount(node, e.dir); err != nil {
 		return err
 	}
@@ -143,13 +144,13 @@ func removeValid(node *os.File, e entry, c Cluster) error {
 	if err := syncFile(e.dir); err != nil {
 		return err
 	}
-	return removeRemoving(node, e)
+	return removeRemoving(node, e, steps)
 }
 
 // removeRemoving deletes a directory whose marker removeValid renamed to
 // removingName: everything else first, then it, then the directory. No
 // preparer works in such a directory (it was valid), so nothing races.
-func removeRemoving(node *os.File, e entry) error {
+func removeRemoving(node *os.File, e entry, steps *atomic.Int64) error {
 	if err := makeWritable(e.dir); err != nil {
 		return err
 	}
@@ -161,7 +162,7 @@ func removeRemoving(node *os.File, e entry) error {
 		if n == removingName {
 			continue
 		}
-		if err := removeAllAt(e.dir, n); err != nil {
+		if err := removeAllAt(e.dir, n, steps); err != nil {
 			return err
 		}
 	}
@@ -174,7 +175,7 @@ func removeRemoving(node *os.File, e entry) error {
 // removeUnfinished removes our leftover, or an empty directory or one with
 // only an in-progress file (which must still be the file judged); the
 // latter two with rmdir(2), which fails if anything was written meanwhile.
-func removeUnfinished(node *os.File, e entry) error {
+func removeUnfinished(node *os.File, e entry, steps *atomic.Int64) error {
 	if err := checkVersionNotMount(node, e.dir); err != nil {
 		return err
 	}
@@ -194,14 +195,14 @@ func removeUnfinished(node *os.File, e entry) error {
 		}
 		return rmdirAt(node, e.name, e.dir)
 	}
-	return removeLeftover(node, e)
+	return removeLeftover(node, e, steps)
 }
 
 // removeLeftover deletes everything but the in-progress file, then it, then
 // the directory, so a crash halfway leaves a directory still recognisably
 // ours, or empty. It works below the directory inspect judged (e.dir), never
 // by path, and follows no symlink.
-func removeLeftover(node *os.File, e entry) error {
+func removeLeftover(node *os.File, e entry, steps *atomic.Int64) error {
 	if err := makeWritable(e.dir); err != nil {
 		return err
 	}
@@ -213,7 +214,7 @@ func removeLeftover(node *os.File, e entry) error {
 	// emptied. A crash after the first unlink leaves a directory that is
 	// valid and whole, or neither marked nor ours: left for an operator.
 	if e.removing {
-		return removeRemoving(node, e)
+		return removeRemoving(node, e, steps)
 	}
 	if err := unlinkAt(e.dir, PreparingName); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -232,7 +233,7 @@ func removeLeftover(node *os.File, e entry) error {
 		return err
 	}
 	for _, n := range names {
-		if err := removeAllAt(e.dir, n); err != nil {
+		if err := removeAllAt(e.dir, n, steps); err != nil {
 			return err
 		}
 	}
@@ -243,7 +244,7 @@ func removeLeftover(node *os.File, e entry) error {
 // (our leftovers, empty ones, ones with only an in-progress file) below
 // version k, as GC would after the preparation: their tenure is over.
 // Errors are logged: what is left, GC tries again.
-func removeLeftoversBelow(node *os.File, nodePath string, k node.Version, c Cluster, log *slog.Logger) (removed, mounts []string) {
+func removeLeftoversBelow(node *os.File, nodePath string, k node.Version, c Cluster, log *slog.Logger, steps *atomic.Int64) (removed, mounts []string) {
 	vs, err := versionDirs(node)
 	if err != nil {
 		log.Warn("listing leftovers", "dir", nodePath, "err", err)
@@ -260,7 +261,7 @@ func removeLeftoversBelow(node *os.File, nodePath string, k node.Version, c Clus
 			continue
 		}
 		if e.st == stateLeftover || e.st == stateEmpty || e.st == stateNoData {
-			if err := removeUnfinished(node, e); errors.Is(err, errMountPoint) {
+			if err := removeUnfinished(node, e, steps); errors.Is(err, errMountPoint) {
 				mounts = append(mounts, filepath.Join(nodePath, name))
 				log.Warn("not ours, left in place: a mount point", "dir", filepath.Join(nodePath, name), "err", err)
 			} else if err != nil {

@@ -32,6 +32,7 @@ func (t *tree) copyDir(j *dirJob) {
 		t.setErr(err)
 		return
 	}
+	step(t.cfg.steps)
 	var files []fileJob
 	for _, e := range entries {
 		name := e.Name()
@@ -60,6 +61,7 @@ func (t *tree) copyDir(j *dirJob) {
 					return
 				}
 				t.setErr(t.copyEntry(j, f))
+				step(t.cfg.steps)
 			}
 		})
 	}
@@ -365,7 +367,7 @@ func (t *tree) copyFile(j *dirJob, name, rel string) (err error) {
 	}
 	t.filesCopied.Add(1)
 	t.bytesCopied.Add(st.Size)
-	if err := copyData(df, sf, &st); err != nil {
+	if err := copyData(df, sf, &st, t.cfg.steps); err != nil {
 		return err
 	}
 	if err := copyXattrs(sfd, dfd); err != nil {

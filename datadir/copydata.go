@@ -6,8 +6,10 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strings"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -15,9 +17,9 @@ import (
 // copyData copies the regular file sf into the new, empty file df,
 // keeping its holes: only the data segments (SEEK_DATA, SEEK_HOLE) are
 // copied, with copy_file_range(2), and the size is set at the end. A file
-// system without SEEK_DATA is copied whole, with io.Copy (which ends in
-// copy_file_range too).
-func copyData(df, sf *os.File, st *unix.Stat_t) error {
+// system without SEEK_DATA is copied whole, to its end. Each chunk copied
+// is a step of progress.
+func copyData(df, sf *os.File, st *unix.Stat_t, steps *atomic.Int64) error {
 	sfd, dfd := int(sf.Fd()), int(df.Fd())
 	if st.Blocks*512 >= st.Size {
 		// As many bytes allocated as it has, which blocks preallocated
@@ -30,7 +32,7 @@ func copyData(df, sf *os.File, st *unix.Stat_t) error {
 			whole = err == nil && hole >= st.Size || err == unix.EINVAL
 		}
 		if whole {
-			off, err := copyRange(df, sf, 0, st.Size)
+			off, err := copyRange(df, sf, 0, st.Size, steps)
 			if err != nil || off == st.Size {
 				return err
 			}
@@ -53,11 +55,7 @@ func copyData(df, sf *os.File, st *unix.Stat_t) error {
 			return nil
 		case err == unix.EINVAL && off == 0:
 			// SEEK_DATA not supported: copy it all.
-			if _, err := unix.Seek(sfd, 0, io.SeekStart); err != nil {
-				return &os.PathError{Op: "lseek", Path: sf.Name(), Err: err}
-			}
-			// No buffer: io.Copy then uses df.ReadFrom, i.e. copy_file_range.
-			_, err := io.Copy(df, sf)
+			_, err := copyRange(df, sf, 0, math.MaxInt64, steps)
 			return err
 		case err != nil:
 			return &os.PathError{Op: "lseek", Path: sf.Name(), Err: err}
@@ -66,7 +64,7 @@ func copyData(df, sf *os.File, st *unix.Stat_t) error {
 		if err != nil {
 			return &os.PathError{Op: "lseek", Path: sf.Name(), Err: err}
 		}
-		if off, err = copyRange(df, sf, data, hole); err != nil {
+		if off, err = copyRange(df, sf, data, hole, steps); err != nil {
 			return err
 		}
 		if off < hole {
@@ -77,16 +75,23 @@ func copyData(df, sf *os.File, st *unix.Stat_t) error {
 	}
 }
 
+// copyChunk is the most one copy_file_range(2) call copies: each call is a
+// step of progress (Options.Progress), and on a slow EFS a chunk of 16 MiB
+// still takes well under a second, so only a call that stalls looks like
+// a hang.
+const copyChunk = 16 << 20
+
 // copyRange copies [from, to) of sf to the same offsets of df, with
 // copy_file_range(2), or pread/pwrite where the kernel refuses it. It
 // returns where it stopped: before to only at the end of the source.
-func copyRange(df, sf *os.File, from, to int64) (int64, error) {
+func copyRange(df, sf *os.File, from, to int64, steps *atomic.Int64) (int64, error) {
 	roff, woff := from, from
 	for roff < to {
-		n, err := unix.CopyFileRange(int(sf.Fd()), &roff, int(df.Fd()), &woff, int(min(to-roff, 1<<30)), 0)
+		n, err := unix.CopyFileRange(int(sf.Fd()), &roff, int(df.Fd()), &woff, int(min(to-roff, copyChunk)), 0)
+		step(steps)
 		switch {
 		case err == unix.EXDEV || err == unix.ENOSYS || err == unix.EOPNOTSUPP || err == unix.EINVAL:
-			return copyRangeRW(df, sf, roff, to)
+			return copyRangeRW(df, sf, roff, to, steps)
 		case err != nil:
 			return roff, &os.PathError{Op: "copy_file_range", Path: df.Name(), Err: err}
 		case n == 0:
@@ -96,7 +101,7 @@ func copyRange(df, sf *os.File, from, to int64) (int64, error) {
 	return roff, nil
 }
 
-func copyRangeRW(df, sf *os.File, off, to int64) (int64, error) {
+func copyRangeRW(df, sf *os.File, off, to int64, steps *atomic.Int64) (int64, error) {
 	buf := make([]byte, min(to-off, 1<<20))
 	for off < to {
 		n, err := sf.ReadAt(buf[:min(to-off, int64(len(buf)))], off)
@@ -105,6 +110,7 @@ func copyRangeRW(df, sf *os.File, off, to int64) (int64, error) {
 				return off, werr
 			}
 			off += int64(n)
+			step(steps)
 		}
 		if err == io.EOF {
 			return off, nil

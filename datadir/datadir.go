@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/nodeid/nodeid/node"
@@ -141,6 +142,16 @@ type Options struct {
 	// ProgressInterval is how often progress (files and bytes done) is
 	// logged during a copy; zero means 5s.
 	ProgressInterval time.Duration
+
+	// Progress, if not nil, is incremented as Prepare (or Collect) moves
+	// on: once per entry copied, linked, validated, rechecked or removed,
+	// per directory listed, and per chunk (at most 16 MiB) of a file's
+	// bytes copied or compared. So it stands still only for a few system
+	// calls, or one fsync or syncfs (SyncTimeout bounds those): a caller
+	// that sees it unchanged for long knows a call on the file system did
+	// not return, wherever it lies, on a mount inside the source too
+	// (nodeid-init's --fs-timeout). A large file does not look like a hang.
+	Progress *atomic.Int64
 }
 
 // Result describes what Prepare did.
@@ -200,6 +211,7 @@ type config struct {
 	progress      time.Duration
 	cluster       Cluster
 	tenure        string
+	steps         *atomic.Int64 // Options.Progress; nil counts nothing (see step)
 }
 
 func (o Options) config() (*config, error) {
@@ -215,6 +227,7 @@ func (o Options) config() (*config, error) {
 		progress:      o.ProgressInterval,
 		cluster:       o.Cluster,
 		tenure:        o.Tenure,
+		steps:         o.Progress,
 	}
 	var err error
 	if c.immutable, err = compilePatterns(o.Immutable); err != nil {
@@ -277,4 +290,11 @@ func checkInstance(inst node.Instance) error {
 		return fmt.Errorf("%w: %v has a negative id or version", ErrInvalid, inst)
 	}
 	return nil
+}
+
+// step counts one step of progress in steps (Options.Progress), if set.
+func step(steps *atomic.Int64) {
+	if steps != nil {
+		steps.Add(1)
+	}
 }

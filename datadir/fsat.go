@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -213,7 +214,8 @@ func readSmallFileAt(dir *os.File, name string) ([]byte, error) {
 // removeAllAt removes name from dir and, if it is a directory, everything
 // below it, through descriptors and without following a symlink: what is
 // removed is below dir, whatever is renamed or swapped meanwhile.
-func removeAllAt(dir *os.File, name string) error {
+func removeAllAt(dir *os.File, name string, steps *atomic.Int64) error {
+	defer step(steps)
 	var st unix.Stat_t
 	switch err := fstatat(int(dir.Fd()), name, &st); {
 	case errors.Is(err, fs.ErrNotExist):
@@ -247,7 +249,7 @@ func removeAllAt(dir *os.File, name string) error {
 		if err != nil {
 			break
 		}
-		err = removeAllAt(sub, n)
+		err = removeAllAt(sub, n, steps)
 	}
 	sub.Close()
 	if err != nil {

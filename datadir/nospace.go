@@ -27,7 +27,7 @@ func noSpace(err error) bool {
 func freeSpace(ctx context.Context, node *os.File, nodePath string, source node.Version, cfg *config, log *slog.Logger) (removed, mounts []string) {
 	// Counting from source (valid, kept as the newest below it), the new
 	// version takes one place of Keep.
-	removed, mounts, err := collect(ctx, node, nodePath, source, cfg.keep-1, cfg.cluster, log)
+	removed, mounts, err := collect(ctx, node, nodePath, source, cfg.keep-1, cfg.cluster, log, cfg.steps)
 	if err != nil {
 		log.Warn("freeing space failed in part", "err", err)
 	}

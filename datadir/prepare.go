@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -128,12 +129,12 @@ func prepare(ctx context.Context, root string, inst node.Instance, opts Options,
 		// Space held by our unfinished directories below the target (an
 		// attempt that failed and could not clean up, a crash) could make
 		// this copy fail too: GC would only remove them after it succeeded.
-		pre, mounts = removeLeftoversBelow(nodeDir.f, nodePath, inst.Version, cfg.cluster, log)
+		pre, mounts = removeLeftoversBelow(nodeDir.f, nodePath, inst.Version, cfg.cluster, log, cfg.steps)
 	}
 	pre, mounts = append(a.freed, pre...), appendNew(a.mounts, mounts)
 	if p.target.st == stateLeftover || p.target.st == stateEmpty || p.target.st == stateNoData {
 		log.Warn("removing leftovers of an interrupted preparation", "dir", dir)
-		if err := removeUnfinished(nodeDir.f, p.target); err != nil {
+		if err := removeUnfinished(nodeDir.f, p.target, cfg.steps); err != nil {
 			if errors.Is(err, errMountPoint) {
 				return "", Result{}, fmt.Errorf("%w: %s: %w", ErrUnrecognized, dir, err)
 			}
@@ -185,7 +186,7 @@ func prepare(ctx context.Context, root string, inst node.Instance, opts Options,
 		// Positively ours and unfinished: remove it, so that a failed
 		// attempt (ENOSPC, an unreadable file) does not hold space or pile
 		// up. What cannot be removed now, the next Prepare or GC removes.
-		if rerr := removeFailedTarget(nodeDir.f, target, inst.Version, cfg.cluster, dst, ours); rerr != nil {
+		if rerr := removeFailedTarget(nodeDir.f, target, inst.Version, cfg.cluster, dst, ours, cfg.steps); rerr != nil {
 			log.Warn("could not remove the failed target; the next preparation removes it", "dir", dir, "err", rerr)
 		} else {
 			log.Warn("removed the failed target", "dir", dir, "err", err)
@@ -271,10 +272,12 @@ func prepare(ctx context.Context, root string, inst node.Instance, opts Options,
 
 	// Everything below the marker must be durable before the marker is.
 	if flushBeforeMarker {
+		step(cfg.steps) // a fresh window for the flush (Options.Progress)
 		if err := syncTree(dst); err != nil {
 			return "", Result{}, fmt.Errorf("datadir: flushing %s: %w", dir, err)
 		}
 	}
+	step(cfg.steps)
 	if err := ctx.Err(); err != nil {
 		return "", Result{}, err
 	}
@@ -336,7 +339,7 @@ func prepare(ctx context.Context, root string, inst node.Instance, opts Options,
 		// the root (ErrForeignCluster) and stop us from claiming it.
 		log.Info("garbage collection skipped until the next preparation: this one claimed the data root", "root", root)
 	} else {
-		removed, m, err := collect(ctx, nodeDir.f, nodePath, inst.Version, cfg.keep, cfg.cluster, log)
+		removed, m, err := collect(ctx, nodeDir.f, nodePath, inst.Version, cfg.keep, cfg.cluster, log, cfg.steps)
 		for _, d := range m {
 			if !slices.Contains(mounts, d) { // met before the copy too
 				mounts = append(mounts, d)
@@ -518,7 +521,7 @@ var errCompletedMeanwhile = errors.New("completed by its preparer meanwhile; lef
 // Prepare made, without a valid marker, and holding the in-progress file
 // ours that Prepare wrote. ours nil (no in-progress file yet) removes it
 // only if it is empty (rmdir).
-func removeFailedTarget(node *os.File, name string, v node.Version, c Cluster, dst *os.File, ours *unix.Stat_t) error {
+func removeFailedTarget(node *os.File, name string, v node.Version, c Cluster, dst *os.File, ours *unix.Stat_t, steps *atomic.Int64) error {
 	if ours == nil {
 		return rmdirAt(node, name, dst)
 	}
@@ -560,7 +563,7 @@ func removeFailedTarget(node *os.File, name string, v node.Version, c Cluster, d
 		if n == PreparingName {
 			continue
 		}
-		if err := removeAllAt(e.dir, n); err != nil {
+		if err := removeAllAt(e.dir, n, steps); err != nil {
 			return err
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"path"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -62,6 +63,7 @@ func (t *tree) validateList(j *dirJob) {
 		t.setErr(err)
 		return
 	}
+	step(t.cfg.steps)
 	inSource := make(map[string]bool, len(entries))
 	for _, e := range entries {
 		inSource[e.Name()] = true
@@ -87,6 +89,7 @@ func (t *tree) validateList(j *dirJob) {
 					return
 				}
 				t.setErr(t.validateEntry(j, e))
+				step(t.cfg.steps)
 			}
 		})
 	}
@@ -203,7 +206,7 @@ func (t *tree) validateEntry(j *dirJob, e dirEntry) error {
 			return bad("size %d in the target, %d in the source", ds.Size, ss.Size)
 		}
 		if t.cfg.verifyContent {
-			same, err := sameContent(src, dst, name, &ss, &ds)
+			same, err := sameContent(src, dst, name, &ss, &ds, t.cfg.steps)
 			if err != nil {
 				return err
 			}
@@ -280,6 +283,7 @@ func (t *tree) recheckDir(j *dirJob, missing map[string]carriedEntry, mu *sync.M
 		t.setErr(err)
 		return
 	}
+	step(t.cfg.steps)
 	var batches []func()
 	for b := range slices.Chunk(names, batch) {
 		batches = append(batches, func() {
@@ -288,6 +292,7 @@ func (t *tree) recheckDir(j *dirJob, missing map[string]carriedEntry, mu *sync.M
 					return
 				}
 				t.setErr(t.recheckEntry(j, name, missing, mu))
+				step(t.cfg.steps)
 			}
 		})
 	}
@@ -345,8 +350,9 @@ func (t *tree) recheckEntry(j *dirJob, name string, missing map[string]carriedEn
 // much I/O as a checksum of both, and no collisions. Each side must still
 // be the regular file judged (sa, sb): the name is opened again, and a
 // FIFO swapped in meanwhile would block the read for good. The reads keep
-// the access times where permitted (openKeepingAtime).
-func sameContent(a, b *os.File, name string, sa, sb *unix.Stat_t) (bool, error) {
+// the access times where permitted (openKeepingAtime). Each chunk compared
+// is a step of progress.
+func sameContent(a, b *os.File, name string, sa, sb *unix.Stat_t, steps *atomic.Int64) (bool, error) {
 	fa, err := openJudgedKeepingAtime(a, name, sa)
 	if err != nil {
 		return false, err
@@ -362,6 +368,7 @@ func sameContent(a, b *os.File, name string, sa, sb *unix.Stat_t) (bool, error) 
 	for {
 		na, erra := io.ReadFull(fa, ba)
 		nb, errb := io.ReadFull(fb, bb)
+		step(steps)
 		if !bytes.Equal(ba[:na], bb[:nb]) {
 			return false, nil
 		}

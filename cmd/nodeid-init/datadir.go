@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/nodeid/nodeid/datadir"
 	"github.com/nodeid/nodeid/nodeid"
@@ -28,7 +29,8 @@ func (sess *session) prepareDataDir(ctx context.Context, inst nodeid.NodeInstanc
 	if settle == 0 {
 		settle = nodeid.DefaultLeaseDuration
 	}
-	prepared := sess.boundPrepare()
+	var progress atomic.Int64
+	prepared := sess.boundPrepare(&progress)
 	dir, res, err := datadir.Prepare(ctx, sess.s.dataRoot, inst, datadir.Options{
 		PreviousGraceful: sess.provider.PreviousGracefullyShutdown(),
 		// A stale holder renews nothing: a file it wrote less than a lease
@@ -43,6 +45,8 @@ func (sess *session) prepareDataDir(ctx context.Context, inst nodeid.NodeInstanc
 		Cluster:    datadir.Cluster{Bucket: sess.s.bucket, Prefix: sess.s.prefix},
 		// Only this task may redo its own unfinished preparation of inst.
 		Tenure: sess.cfg.TaskID,
+		// Watched by boundPrepare: a call that hangs stops it.
+		Progress: &progress,
 	})
 	prepared(err)
 	if err != nil {

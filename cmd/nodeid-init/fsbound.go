@@ -154,6 +154,36 @@ func (sess *session) watchFS(phase, dir string) (stop func()) {
 	return sync.OnceFunc(func() { close(done) })
 }
 
+// watchProgress abandons the process if n, a phase's count of steps done
+// (datadir.Options.Progress: entries, and chunks of bytes, so a large file
+// is progress too), does not move for --fs-timeout: some call of the phase
+// did not return.
+func (sess *session) watchProgress(phase string, n *atomic.Int64) (stop func()) {
+	bound := sess.s.fsBound()
+	every := min(bound/4, 2*time.Second)
+	done := make(chan struct{})
+	go func() {
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		last, since := n.Load(), time.Now()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+			if v := n.Load(); v != last {
+				last, since = v, time.Now()
+				continue
+			}
+			if stalled := time.Since(since); stalled >= bound {
+				sess.abandonOnHang(phase, fmt.Errorf("%w: no progress for %v (%d steps done)", errFSHung, stalled.Round(time.Millisecond), last))
+			}
+		}
+	}()
+	return sync.OnceFunc(func() { close(done) })
+}
+
 func probeDir(dir string) {
 	if f, err := os.Open(dir); err == nil {
 		_, _ = f.Readdirnames(1)
@@ -168,33 +198,81 @@ func probeDir(dir string) {
 // does not return it for these calls, a FUSE or NFS mount does when a call
 // waiting on its server is interrupted (Go's preemption signals do that),
 // i.e. the server was not answering.
-func (sess *session) boundPrepare() (prepared func(error)) {
+//
+// progress is the preparation's datadir.Options.Progress: a second watchdog
+// abandons the process when it stands still for --fs-timeout. The probe
+// reaches only the data root's file system, while the copy also walks into
+// whatever is mounted inside the source (copied as cp -a copies it): a hung
+// mount there stops the preparation, and only its progress shows it.
+func (sess *session) boundPrepare(progress *atomic.Int64) (prepared func(error)) {
 	datadir.SyncTimeout = sess.s.fsBound()
-	stop := sess.watchFS("prepare", sess.s.dataRoot)
+	stopProbe := sess.watchFS("prepare", sess.s.dataRoot)
+	stopProgress := sess.watchProgress("prepare", progress)
 	return func(err error) {
-		stop()
+		stopProbe()
+		stopProgress()
 		if errors.Is(err, datadir.ErrSyncTimeout) || errors.Is(err, syscall.EINTR) {
 			sess.abandonOnHang("prepare", err)
 		}
 	}
 }
 
-// syncDataBounded is syncData within --fs-timeout; a syncfs that does not
-// return in time abandons the process.
-func (sess *session) syncDataBounded(dir string) error {
+// openDataDirBounded opens the data directory dir (openDataDir) within
+// --fs-timeout, right after the preparation and before the command starts:
+// the stop sequence's syncfs goes through this descriptor. syncfs reports a
+// write-back error only to descriptors opened before it was first seen, so
+// one opened at stop would miss an error another syncfs (another node's on
+// the same EFS mount, or Prepare's) reported first, and release the lease
+// over lost writes.
+func (sess *session) openDataDirBounded(dir string) (*os.File, error) {
 	if dir == "" {
+		return nil, nil
+	}
+	var f *os.File
+	err := sess.boundedFS("prepare", "open of "+dir, func() (err error) {
+		f, err = openDataDir(dir)
+		return err
+	})
+	return f, err
+}
+
+// syncDataBounded is syncData of d, the data directory dir held since the
+// start, within --fs-timeout; a syncfs that does not return in time
+// abandons the process. dir is then opened again below the data root, as
+// the successor will find it, and flushed once more: a directory swapped
+// for a symlink meanwhile fails, and a file system that stopped answering
+// hangs there even where the syncfs of d returned at once (FUSE without
+// SYNCFS, NFS with nothing dirty).
+func (sess *session) syncDataBounded(d *os.File, dir string) error {
+	if d == nil {
 		return nil
 	}
+	return sess.boundedFS("stop", "syncfs of "+dir, func() error {
+		if err := syncData(d); err != nil {
+			return err
+		}
+		f, err := openDataDir(dir)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		return syncData(f)
+	})
+}
+
+// boundedFS runs fn, a call on the data root, on its own goroutine and
+// abandons the process (phase) if it does not return within --fs-timeout.
+func (sess *session) boundedFS(phase, what string, fn func() error) error {
 	bound := sess.s.fsBound()
 	done := make(chan error, 1)
-	go func() { done <- syncData(dir) }()
+	go func() { done <- fn() }()
 	timer := time.NewTimer(bound)
 	defer timer.Stop()
 	select {
 	case err := <-done:
 		return err
 	case <-timer.C:
-		sess.abandonOnHang("stop", fmt.Errorf("%w: syncfs of %s did not return within %v", errFSHung, dir, bound))
+		sess.abandonOnHang(phase, fmt.Errorf("%w: %s did not return within %v", errFSHung, what, bound))
 		return nil // not reached
 	}
 }

@@ -141,3 +141,61 @@ func TestDataRootHangingDuringAPreparationExits7AndLeavesTheLease(t *testing.T) 
 	}
 	checkHangExit(t, c, f, tk, hungAt, unhealthy, 2)
 }
+
+// (c) A hung file system mounted inside the source (a stale NFS or FUSE
+// mount), which the copy walks into (copied as cp -a copies it): the probe
+// of the data root keeps answering, so only the preparation's progress
+// (datadir.Options.Progress) shows the hang. Before the fix the task kept
+// renewing and stayed healthy, the node never started, and it never exited 7.
+func TestAMountHangingInsideTheSourceExits7(t *testing.T) {
+	if err := efsfs.Available(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("no FUSE under CI=true: %v", err)
+		}
+		t.Skipf("SKIPPED, no FUSE: %v", err)
+	}
+	c := newCluster(t, s3test.StartVersity(t), 1)
+	v1 := c.deadHolderOfV1(t, c.root)
+	if err := os.WriteFile(filepath.Join(v1, "data"), []byte("x"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	mnt, backing := filepath.Join(v1, "archive"), t.TempDir()
+	if err := os.Mkdir(mnt, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(backing, "old"), []byte("y"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	f, err := efsfs.Mount(backing, mnt, efsfs.Profile{})
+	if err != nil {
+		t.Fatalf("mount: %v", err)
+	}
+	t.Cleanup(func() {
+		f.Release()
+		if err := f.Unmount(); err != nil {
+			t.Errorf("unmount: %v", err)
+		}
+	})
+	f.HangAll()
+	addr := freeAddr(t)
+	tk := c.runTask("taker", fsHangEnv(f, addr)[1:]...) // the cluster's data root, 2 s bound
+	waitFor(t, 20*time.Second, "the takeover", func() bool { return strings.Contains(tk.out.String(), "acquired node id") })
+	hungAt := time.Now()
+	unhealthy := watchHealth(c, tk, addr)
+	select {
+	case <-tk.done:
+		if tk.code != exitFSHung {
+			t.Fatalf("exit code %d, want %d:\n%s", tk.code, exitFSHung, tk.out.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("still running %v after the preparation hung in %s (2 s bound; /healthz unhealthy seen: %v); last output:\n%s",
+			time.Since(hungAt).Round(time.Second), mnt, unhealthy.http.Load(), tail(tk.out.String(), 1500))
+	}
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}

@@ -152,6 +152,15 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		return err
 	}
+	dataFile, err := sess.openDataDirBounded(dataDir)
+	if err != nil {
+		// Prepared, and nothing ran on it: release.
+		sess.giveBack(true)
+		return fmt.Errorf("the command was not started: %w", err)
+	}
+	if dataFile != nil {
+		defer dataFile.Close()
+	}
 	peers, err := sess.beforeStart(acqCtx, inst, dataDir)
 	if err != nil {
 		if errors.Is(err, nodeid.ErrLeaseLost) {
@@ -319,7 +328,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			// sure nothing of ours writes them any more and they are durable.
 			err := stopRest()
 			if err == nil {
-				err = sess.syncDataBounded(dataDir)
+				err = sess.syncDataBounded(dataFile, dataDir)
 			}
 			if lerr := sess.lossErr(); lerr != nil {
 				return lost(lerr)

@@ -301,19 +301,16 @@ func killLeftovers(pgid int, timeout time.Duration) (int, error) {
 }
 
 // syncData makes the command's writes durable before a release lets a
-// successor hard-link them. syncfs covers the whole file system of dir (the
-// one the successor links from) and reports write-back errors.
-func syncData(dir string) error {
-	if dir == "" {
+// successor hard-link them. syncfs covers the whole file system of the data
+// directory d (the one the successor links from) and reports write-back
+// errors: only those after d was opened (errseq, Linux 5.8), so d is the
+// descriptor opened before the command started (openDataDirBounded).
+func syncData(d *os.File) error {
+	if d == nil {
 		return nil
 	}
-	f, err := openDataDir(dir)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if err := unix.Syncfs(int(f.Fd())); err != nil {
-		return &os.PathError{Op: "syncfs", Path: dir, Err: err}
+	if err := unix.Syncfs(int(d.Fd())); err != nil {
+		return &os.PathError{Op: "syncfs", Path: d.Name(), Err: err}
 	}
 	return nil
 }
