@@ -76,10 +76,12 @@ func copyData(df, sf *os.File, st *unix.Stat_t, steps *atomic.Int64) error {
 }
 
 // copyChunk is the most one copy_file_range(2) call copies: each call is a
-// step of progress (Options.Progress), and on a slow EFS a chunk of 16 MiB
-// still takes well under a second, so only a call that stalls looks like
-// a hang.
-const copyChunk = 16 << 20
+// step of progress (Options.Progress), so a file system that moves at
+// least 1 MiB per --fs-timeout per worker (17 KiB/s at 60 s) is slow, not
+// hung. 16 MiB made a throttled EFS (under 273 KiB/s at 60 s) look hung at
+// every attempt; the smaller calls cost a round trip per MiB, nothing next
+// to the MiB itself.
+const copyChunk = 1 << 20
 
 // copyRange copies [from, to) of sf to the same offsets of df, with
 // copy_file_range(2), or pread/pwrite where the kernel refuses it. It

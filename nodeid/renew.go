@@ -297,8 +297,12 @@ func (p *Provider) loseRestoring(reason string, cause error, inst NodeInstance, 
 }
 
 // loseThen ends the tenure (Valid false, Done closed), calls OnFence
-// first, then logs, emits, runs then, if any, and calls OnLost. OnFence
+// first, then logs, runs then, if any, emits, and calls OnLost. OnFence
 // comes before the log line: a stalled stderr must not delay the kill.
+// then (the restore of our version over a deleted or lower object: S3
+// only, bounded by the old deadline) comes before the event, whose
+// handlers may do file I/O that hangs (a lease file on a stuck file
+// system): a stalled handler must not let the deadline pass unrestored.
 func (p *Provider) loseThen(reason string, cause error, then func()) {
 	p.mu.Lock()
 	if p.state != stateHolding {
@@ -318,9 +322,9 @@ func (p *Provider) loseThen(reason string, cause error, then func()) {
 		attrs = append(attrs, "err", cause)
 	}
 	p.tlog.Error("lease lost", attrs...)
-	p.emit(Event{Kind: EventLost, Instance: err.Instance, Err: err, SelfFence: reason == reasonSelfFence})
 	if then != nil {
 		then()
 	}
+	p.emit(Event{Kind: EventLost, Instance: err.Instance, Err: err, SelfFence: reason == reasonSelfFence})
 	p.cfg.OnLost(err)
 }
