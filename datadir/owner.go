@@ -71,6 +71,24 @@ func readOwner(root *os.Root, rootPath string) (c Cluster, ok bool, err error) {
 	return Cluster{Bucket: *w.Bucket, Prefix: *w.Prefix}, true, nil
 }
 
+// CheckOwner reports, reading only, whether root may serve cluster c: it is
+// ErrForeignCluster if OwnerName there names another cluster (or none that
+// can be parsed), nil if it names c or is absent (Prepare claims the root
+// then). Callers check it before taking a lease, so that a root of another
+// cluster costs neither a lease nor a version.
+func CheckOwner(root string, c Cluster) error {
+	if !c.set() {
+		return fmt.Errorf("%w: Cluster has no bucket", ErrInvalid)
+	}
+	rootDir, err := openRoot(root, false)
+	if err != nil {
+		return err
+	}
+	defer rootDir.Close()
+	_, err = checkOwner(rootDir, root, c)
+	return err
+}
+
 // checkOwner refuses a root owned by another cluster. claim reports that c
 // is set and the root has no owner yet; nothing is written here.
 func checkOwner(root *os.Root, rootPath string, c Cluster) (claim bool, err error) {
