@@ -71,6 +71,18 @@ type PendingWrite struct {
 // needs to adopt the lease with Adopt. From here on this provider is closed.
 // If nobody adopts the lease, it expires like a crashed holder's.
 func (p *Provider) HandOff(ctx context.Context) (Handoff, error) {
+	return p.handOff(ctx, true)
+}
+
+// LeaveToExpire is HandOff for a lease nobody will adopt: it stops renewing
+// without releasing, so the lease expires like a crashed holder's. It logs
+// nothing: "handed off" would be wrong, and the caller knows why.
+func (p *Provider) LeaveToExpire(ctx context.Context) error {
+	_, err := p.handOff(ctx, false)
+	return err
+}
+
+func (p *Provider) handOff(ctx context.Context, logIt bool) (Handoff, error) {
 	p.mu.Lock()
 	if p.state != stateHolding {
 		p.mu.Unlock()
@@ -113,7 +125,9 @@ func (p *Provider) HandOff(ctx context.Context) (Handoff, error) {
 		h.Pending = append(h.Pending, PendingWrite{Nonce: nonce, SentBoottimeNs: int64(boot - now.Sub(sent))})
 	}
 	sort.Slice(h.Pending, func(i, j int) bool { return h.Pending[i].Nonce < h.Pending[j].Nonce })
-	p.tlog.Info("handed off node id", "valid_for", left.Round(time.Millisecond))
+	if logIt {
+		p.tlog.Info("handed off node id", "valid_for", left.Round(time.Millisecond))
+	}
 	p.emit(Event{Kind: EventHandedOff, Instance: h.Instance})
 	return h, nil
 }

@@ -10,6 +10,29 @@ import (
 	"github.com/nodeid/nodeid/nodeid"
 )
 
+// checkDataOwner refuses, before anything is written to S3 or the data
+// root, a data root that belongs to another cluster: found only at the
+// preparation, it would cost a lease left to expire and a version on every
+// restart. A root not claimed yet is claimed by the first preparation.
+func (s *settings) checkDataOwner() error {
+	if s.dataRoot == "" {
+		return nil
+	}
+	err := datadir.CheckOwner(s.dataRoot, datadir.Cluster{Bucket: s.bucket, Prefix: s.prefix})
+	switch {
+	case errors.Is(err, datadir.ErrForeignCluster):
+		return fmt.Errorf("%w; no node ID was taken and the data root is unchanged. %s", err, foreignAdvice)
+	case err != nil:
+		return fmt.Errorf("data root %s: %w", s.dataRoot, err)
+	}
+	return nil
+}
+
+// foreignAdvice tells the operator what to do about a data root of another
+// cluster.
+const foreignAdvice = "Check --data-root, --bucket and --prefix: one data root serves one cluster; after a deliberate move to another bucket or prefix, rewrite " +
+	datadir.OwnerName + " (docs/operations.md)"
+
 // prepareDataDir prepares node-N/vK when a data root is set. It is
 // cancelled if the lease is lost meanwhile.
 func (sess *session) prepareDataDir(ctx context.Context, inst nodeid.NodeInstance) (string, error) {
@@ -54,7 +77,7 @@ func (sess *session) prepareDataDir(ctx context.Context, inst nodeid.NodeInstanc
 			return "", lerr
 		}
 		if isDataRefusal(err) {
-			sess.dataRefused = true
+			sess.dataRefused = err
 			return "", fmt.Errorf("prepare data directory: %w; %s", err, dataAdvice(err, inst))
 		}
 		return "", fmt.Errorf("prepare data directory: %w", err)
@@ -94,5 +117,5 @@ func dataAdvice(err error, inst nodeid.NodeInstance) string {
 	case errors.Is(err, datadir.ErrUnrecognized):
 		return left + ". Check that directory by hand, and move it out of the node directory if it holds nothing needed"
 	}
-	return left + ". Check --data-root, --bucket and --prefix: one data root serves one cluster"
+	return left + ". " + foreignAdvice
 }

@@ -762,34 +762,6 @@ func TestDataRootWithANewerVersionIsRefusedAndTheLeaseLeftToExpire(t *testing.T)
 	}
 }
 
-// A data root claimed by another cluster (bucket and prefix) is refused
-// with exit 6; nothing is written to it and the lease is left to expire.
-func TestDataRootOfAnotherClusterIsRefused(t *testing.T) {
-	c := newCluster(t, s3test.StartVersity(t), 1)
-	owner := `{"bucket":"another-bucket","prefix":"e2e/"}`
-	if err := os.WriteFile(filepath.Join(c.root, "nodeid-cluster.json"), []byte(owner), 0o640); err != nil {
-		t.Fatal(err)
-	}
-	envFile := filepath.Join(t.TempDir(), "node.env")
-	tk := c.start("stranger", nil, "acquire", "--env-file", envFile)
-	if code := tk.wait(t, 20*time.Second); code != 6 {
-		t.Fatalf("exit code %d, want 6 (data root refused):\n%s", code, tk.out.String())
-	}
-	if !strings.Contains(tk.out.String(), "belongs to s3://another-bucket/e2e/") {
-		t.Errorf("no reason given:\n%s", tk.out.String())
-	}
-	if entries, _ := os.ReadDir(c.root); len(entries) != 1 {
-		t.Errorf("data root holds %v, want only nodeid-cluster.json", entries)
-	}
-	if _, err := os.Stat(envFile); err == nil {
-		t.Error("env file written")
-	}
-	got, err := c.repo().Get(context.Background(), 0)
-	if err != nil || !got.Lease.Held() || got.Lease.TaskID != "stranger" {
-		t.Fatalf("lease after the refusal: %+v %v; want it still held, to expire", got.Lease, err)
-	}
-}
-
 // A data root as Camunda 8.9 leaves it is adopted, and with --data-preset
 // zeebe the new version carries everything but runtime/.
 func TestCamundaDataRootWithTheZeebePreset(t *testing.T) {

@@ -82,7 +82,7 @@ func (sess *session) abandonOnHang(phase string, cause error) {
 	go sess.abandonLeaseFile(inst)
 	if p != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), hangExitGrace/2)
-		_, _ = p.HandOff(ctx) // stops the renewals; writes nothing to S3
+		_ = p.LeaveToExpire(ctx) // stops the renewals; writes nothing to S3
 		cancel()
 	}
 	sess.tenureLog(inst).Error("file system hung: lease left to expire, not released; exiting",

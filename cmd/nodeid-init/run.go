@@ -336,7 +336,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			if err != nil {
 				// The successor then copies instead of hard-linking.
 				cctx, ccancel := context.WithTimeout(context.Background(), minReleaseTimeout)
-				if _, herr := p.HandOff(cctx); herr != nil {
+				if herr := p.LeaveToExpire(cctx); herr != nil {
 					err = errors.Join(err, herr)
 				}
 				ccancel()

@@ -27,9 +27,9 @@ type session struct {
 	logw      *logWriter // the log's stderr: never blocks (logwriter.go)
 	fence     fence      // kills the command's tree first on a loss (fence.go)
 
-	// dataRefused is set when the data root refused this lease's version
-	// (see dataRefusal): the lease must then expire, not be released.
-	dataRefused bool
+	// dataRefused is why the data root refused this lease (see
+	// isDataRefusal): the lease must then expire, not be released.
+	dataRefused error
 
 	mu     sync.Mutex
 	onLost []func(error) // run before the loss is reported, e.g. kill the child
@@ -81,6 +81,9 @@ func newSession(ctx context.Context, s *settings, stderr io.Writer) (_ *session,
 		return nil, err
 	}
 	if err := s.checkDataRoot(); err != nil {
+		return nil, err
+	}
+	if err := s.checkDataOwner(); err != nil {
 		return nil, err
 	}
 	lw := newLogWriter(stderr)
@@ -240,9 +243,9 @@ func (sess *session) giveBack(prepared bool) {
 	ctx, cancel := sess.releaseContext()
 	defer cancel()
 	p := sess.provider
-	if sess.dataRefused {
-		if _, err := p.HandOff(ctx); err == nil {
-			sess.tenureLog(p.Instance()).Warn("lease left to expire: the data root refused this version")
+	if sess.dataRefused != nil {
+		if err := p.LeaveToExpire(ctx); err == nil {
+			sess.tenureLog(p.Instance()).Warn("lease left to expire, not released: the data root refused it", "err", sess.dataRefused)
 		}
 		return
 	}
@@ -250,7 +253,7 @@ func (sess *session) giveBack(prepared bool) {
 		sess.closeProvider(ctx)
 		return
 	}
-	if _, err := p.HandOff(ctx); err == nil {
+	if err := p.LeaveToExpire(ctx); err == nil {
 		sess.tenureLog(p.Instance()).Warn("lease left to expire: the previous holder did not release it and no new data directory was prepared")
 	}
 }
