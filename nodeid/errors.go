@@ -101,7 +101,7 @@ func (e *StorageError) Error() string {
 		// The status and code say it all; the SDK's text would only add
 		// request IDs.
 	case e.Err != nil && e.Err != e.Kind:
-		msg += ": " + e.Err.Error()
+		msg += ": " + causeText(e.Err)
 	}
 	return msg
 }

@@ -86,3 +86,58 @@ func TestWrongEndpointIsPermanent(t *testing.T) {
 		})
 	}
 }
+
+// A storage error reads as operation, key, kind, status and code, and the
+// network error underneath: none of the SDK's empty "StatusCode: 0,
+// RequestID: , HostID:" noise, which operators took for the cause.
+func TestStorageErrorText(t *testing.T) {
+	slowDown := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/xml")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprint(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message><RequestId>R1</RequestId><HostId>H1</HostId></Error>`)
+	}))
+	t.Cleanup(slowDown.Close)
+	for _, tc := range []struct {
+		name, endpoint string
+		want           []string // in order
+		kind           error
+	}{
+		{"connection refused", "http://127.0.0.1:1", []string{"write p/0.json: storage unavailable: ", "dial tcp 127.0.0.1:1: ", "connection refused"}, nodeid.ErrUnavailable},
+		{"503 SlowDown", slowDown.URL, []string{"write p/0.json: slow down (HTTP 503 SlowDown)"}, nodeid.ErrSlowDown},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client, err := nodeid.NewS3Client(context.Background(), nodeid.S3Config{Endpoint: tc.endpoint, Region: "us-east-1",
+				PathStyle: true, AccessKey: "a", SecretKey: "s"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			repo, err := nodeid.NewS3Repository(client, "bucket", "p/", 2*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = repo.Write(context.Background(), nodeid.Lease{TaskID: "t"}, `"e"`)
+			if !errors.Is(err, tc.kind) {
+				t.Fatalf("%v, want %v", err, tc.kind)
+			}
+			msg := err.Error()
+			rest := msg
+			for _, w := range tc.want {
+				i := strings.Index(rest, w)
+				if i < 0 {
+					t.Fatalf("error text %q lacks %q (in order %q)", msg, w, tc.want)
+				}
+				rest = rest[i+len(w):]
+			}
+			for _, noise := range []string{"StatusCode", "RequestID", "HostID", "operation error", "https response error"} {
+				if strings.Contains(msg, noise) {
+					t.Errorf("error text %q has the SDK's %q", msg, noise)
+				}
+			}
+			var se *nodeid.StorageError
+			if !errors.As(err, &se) || se.Unwrap() == nil {
+				t.Fatalf("%v: not a storage error wrapping the SDK's", err)
+			}
+			t.Logf("%s; underlying: %v", msg, se.Unwrap())
+		})
+	}
+}

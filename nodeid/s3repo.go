@@ -10,6 +10,7 @@ import (
 	mathrand "math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -438,6 +439,39 @@ func classify(op, key string, err error) error {
 		se.Kind = ErrAccessDenied
 	}
 	return se
+}
+
+// causeText renders err without the SDK's wrappers: their text repeats the
+// operation and URL (Op and Key say them) and, when no answer arrived, adds
+// "StatusCode: 0, RequestID: , HostID:", which reads like the cause. What
+// is left is the network error, a timeout, or the server's error.
+func causeText(err error) string {
+	attempts := 0
+	for {
+		var next error
+		switch e := err.(type) {
+		case *smithy.OperationError, *smithyhttp.ResponseError, *smithyhttp.RequestSendError,
+			*smithy.CanceledError, *url.Error:
+			next = errors.Unwrap(e)
+		case *retry.MaxAttemptsError:
+			attempts, next = e.Attempt, e.Err
+		case interface {
+			error
+			ServiceRequestID() string
+		}:
+			// awshttp.ResponseError, and S3's own (an internal package)
+			// that adds HostID.
+			next = errors.Unwrap(e)
+		}
+		if next == nil {
+			break
+		}
+		err = next
+	}
+	if attempts > 1 {
+		return fmt.Sprintf("%v (%d attempts)", err, attempts)
+	}
+	return err.Error()
 }
 
 // isNetTimeout reports a network timeout: a credential endpoint that was
