@@ -57,9 +57,12 @@ type Provider struct {
 	// unreadSince: when a rejected renewal first found the object
 	// unreadable; zero otherwise.
 	unreadSince time.Time
-	err         error
-	relErr      error // why the release on Close failed
-	detach      bool  // HandOff: stop without releasing
+	// renewFails: consecutive failed renewal attempts since the last
+	// success, for the "renewal failed" line's attempt.
+	renewFails int
+	err        error
+	relErr     error // why the release on Close failed
+	detach     bool  // HandOff: stop without releasing
 	// taking is closed when the take in flight ends (closetake.go).
 	taking chan struct{}
 

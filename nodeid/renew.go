@@ -45,6 +45,7 @@ func (p *Provider) hold(from providerState, t tenure, renewNow bool) error {
 	p.acquired = t.acquired
 	p.graceful = t.graceful
 	p.known = t.known
+	p.renewFails = 0
 	maps.Copy(p.pending, t.pending)
 	p.ready = t.graceful || p.cfg.ReadinessTimeout == 0
 	p.tlog = p.log.With("node_id", t.inst.ID, "version", int64(t.inst.Version))
@@ -128,6 +129,16 @@ func (p *Provider) renew() (time.Duration, bool) {
 	}
 	p.stats.renewalFailures.Add(1)
 	p.emit(Event{Kind: EventRenewalFailed, Instance: lease.Instance, Latency: p.cfg.Clock.Now().Sub(sent), Err: err})
+	// One line per failed attempt, whatever follows, with the time left:
+	// during an outage it is the only warning before the self-fence.
+	p.mu.Lock()
+	holding := p.state == stateHolding
+	p.renewFails++
+	attempt, left := p.renewFails, max(p.deadline.Sub(p.cfg.Clock.Now()), 0)
+	p.mu.Unlock()
+	if holding {
+		p.tlog.Warn("renewal failed", "left_seconds", left.Seconds(), "attempt", attempt, "err", err.Error())
+	}
 	switch {
 	case errors.Is(err, ErrNotFound):
 		p.loseRestoring("lease object deleted", err, lease.Instance, "", deadline)
@@ -137,13 +148,9 @@ func (p *Provider) renew() (time.Duration, bool) {
 	default:
 		// No answer: the write may have landed. Its nonce stays pending,
 		// so a later 412 against our own write is not taken for a loss.
-		p.mu.Lock()
-		holding := p.state == stateHolding
-		p.mu.Unlock()
 		if !holding {
 			return 0, false
 		}
-		p.tlog.Warn("renewal failed, retrying", "valid_for", deadline.Sub(p.cfg.Clock.Now()).Round(time.Millisecond), "err", err)
 		return p.retryDelay(), true
 	}
 }
@@ -238,6 +245,7 @@ func (p *Provider) renewed(sent time.Time, etag string) (time.Duration, bool) {
 		p.deadline = d
 	}
 	clear(p.pending)
+	p.renewFails = 0
 	inst, deadline := p.instance, p.deadline
 	p.mu.Unlock()
 	p.stats.renewals.Add(1)
