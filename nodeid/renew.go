@@ -129,16 +129,11 @@ func (p *Provider) renew() (time.Duration, bool) {
 	}
 	p.stats.renewalFailures.Add(1)
 	p.emit(Event{Kind: EventRenewalFailed, Instance: lease.Instance, Latency: p.cfg.Clock.Now().Sub(sent), Err: err})
-	// One line per failed attempt, whatever follows, with the time left:
-	// during an outage it is the only warning before the self-fence.
 	p.mu.Lock()
 	holding := p.state == stateHolding
 	p.renewFails++
 	attempt, left := p.renewFails, max(p.deadline.Sub(p.cfg.Clock.Now()), 0)
 	p.mu.Unlock()
-	if holding {
-		p.tlog.Warn("renewal failed", "left_seconds", left.Seconds(), "attempt", attempt, "err", err.Error())
-	}
 	switch {
 	case errors.Is(err, ErrNotFound):
 		p.loseRestoring("lease object deleted", err, lease.Instance, "", deadline)
@@ -151,6 +146,11 @@ func (p *Provider) renew() (time.Duration, bool) {
 		if !holding {
 			return 0, false
 		}
+		// One line per failed attempt, with the time left: during an
+		// outage it is the only warning before the self-fence. Only here:
+		// on the paths that lose the lease the fence comes before any log
+		// line (loseThen).
+		p.tlog.Warn("renewal failed", "left_seconds", left.Seconds(), "attempt", attempt, "err", err.Error())
 		return p.retryDelay(), true
 	}
 }
