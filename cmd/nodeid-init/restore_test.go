@@ -3,6 +3,7 @@ package main_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -150,15 +151,7 @@ func TestLossBeforeTheCommandStartsStillRestoresTheDeletedObjectsVersion(t *test
 		t.Fatalf("holder did not hold v3:\n%s", holder.out.String())
 	}
 
-	rec, err := c.repo().Get(context.Background(), 0)
-	switch {
-	case errors.Is(err, nodeid.ErrNotFound):
-		t.Errorf("run (holder of v3, lost before its command started) exited %d without restoring e2e/0.json at its version: the restore was still retrying within its deadline", code)
-	case err != nil:
-		t.Fatal(err)
-	case rec.Lease.Instance.Version < 3:
-		t.Errorf("after the loss 0.json records v%d, below the holder's v3", rec.Lease.Instance.Version)
-	}
+	checkVersionRestored(t, c, 3, fmt.Sprintf("run (holder of v3, lost before its command started) exited %d without restoring e2e/0.json at its version: the restore was still retrying within its deadline", code))
 
 	// What it costs: the next holder of node 0 (the data root, if any,
 	// then refuses the version: exit 6; without one the broker runs on it).
@@ -225,13 +218,20 @@ func TestCleanStopWaitsForTheRestoreOfADeletedObjectsVersion(t *testing.T) {
 	if !strings.Contains(holder.out.String(), "version=2") {
 		t.Fatalf("holder did not hold v2:\n%s", holder.out.String())
 	}
+	checkVersionRestored(t, c, 2, fmt.Sprintf("run (holder of v2) exited %d %v after its first restore attempt, about %v before its deadline, without restoring e2e/0.json at its version", code, exited.Sub(first).Round(time.Second), (24*time.Second-exited.Sub(first)).Round(time.Second)))
+}
+
+// checkVersionRestored fails t unless node 0's object exists and records
+// at least version want; missing is the error for a missing object.
+func checkVersionRestored(t *testing.T, c *cluster, want nodeid.Version, missing string) {
+	t.Helper()
 	rec, err := c.repo().Get(context.Background(), 0)
 	switch {
 	case errors.Is(err, nodeid.ErrNotFound):
-		t.Errorf("run (holder of v2) exited %d %v after its first restore attempt, about %v before its deadline, without restoring e2e/0.json at its version", code, exited.Sub(first).Round(time.Second), (24*time.Second - exited.Sub(first)).Round(time.Second))
+		t.Error(missing)
 	case err != nil:
 		t.Fatal(err)
-	case rec.Lease.Instance.Version < 2:
-		t.Errorf("after the release 0.json records v%d, below the holder's v2", rec.Lease.Instance.Version)
+	case rec.Lease.Instance.Version < want:
+		t.Errorf("after the loss 0.json records v%d, below the holder's v%d", rec.Lease.Instance.Version, want)
 	}
 }
