@@ -24,6 +24,7 @@ type fileJob struct {
 // each, other entries in batches. It is one of j's tasks.
 func (t *tree) copyDir(j *dirJob) {
 	defer j.done()
+	defer j.release() // the hold of the task that opened j
 	if t.stopped() {
 		return
 	}
@@ -56,6 +57,11 @@ func (t *tree) copyDir(j *dirJob) {
 	var batches []func()
 	for b := range slices.Chunk(files, batch) {
 		batches = append(batches, func() {
+			if err := j.acquire(); err != nil {
+				t.setErr(err)
+				return
+			}
+			defer j.release()
 			for _, f := range b {
 				if t.stopped() {
 					return
@@ -179,7 +185,7 @@ func (t *tree) firstCopyOf(st *unix.Stat_t, j *dirJob, name, rel string) (f *fir
 	}
 	// j.dst is closed when its walk ends; the later names may be elsewhere.
 	// At most maxHeld are held; the others are opened again when needed.
-	held, ok := t.held[j.dst]
+	held, ok := t.held[j]
 	if !ok && len(t.held) < maxHeld {
 		fd, err := unix.FcntlInt(j.dst.Fd(), unix.F_DUPFD_CLOEXEC, 0)
 		if err != nil {
@@ -187,7 +193,7 @@ func (t *tree) firstCopyOf(st *unix.Stat_t, j *dirJob, name, rel string) (f *fir
 			held = j.dst // not reached: the walk stops on the error
 		} else {
 			held = os.NewFile(uintptr(fd), j.dst.Name())
-			t.held[j.dst] = held
+			t.held[j] = held
 		}
 	}
 	f = &firstCopy{src: k, dir: held, dirRel: j.rel, name: name}
@@ -205,9 +211,15 @@ func (t *tree) copied(f *firstCopy, err error) {
 	for _, w := range ws {
 		t.pool.add(func() {
 			defer w.j.done()
-			if err == nil && !t.stopped() {
-				t.setErr(t.linkToCopy(f, w.j.dst, w.name, w.rel))
+			if err != nil || t.stopped() {
+				return
 			}
+			if err := w.j.acquire(); err != nil {
+				t.setErr(err)
+				return
+			}
+			defer w.j.release()
+			t.setErr(t.linkToCopy(f, w.j.dst, w.name, w.rel))
 		})
 	}
 }
@@ -239,7 +251,13 @@ func (t *tree) copySubdir(parent *dirJob, name, rel string) {
 		parent.done()
 		return
 	}
+	if err := parent.acquire(); err != nil {
+		t.setErr(err)
+		parent.done()
+		return
+	}
 	j, dst, err := t.openSubdir(parent, name, rel)
+	parent.release()
 	if err != nil {
 		t.setErr(err)
 		parent.done()
@@ -250,11 +268,15 @@ func (t *tree) copySubdir(parent *dirJob, name, rel string) {
 		t.setErr(&os.PathError{Op: "fstat", Path: j.src.Name(), Err: err})
 	}
 	j.finish = func(j *dirJob) {
-		defer j.src.Close()
-		defer j.dst.Close()
+		defer j.closeHeld()
 		if t.firstErr() != nil {
 			return
 		}
+		if err := j.acquire(); err != nil {
+			t.setErr(err)
+			return
+		}
+		defer j.release()
 		t.setErr(t.finishDir(j.dst, &dst, &st, rel))
 	}
 	t.copyDir(j)
@@ -288,7 +310,12 @@ func (t *tree) openSubdir(parent *dirJob, name, rel string) (_ *dirJob, st unix.
 		return nil, st, &os.PathError{Op: "fstat", Path: path.Join(t.dst, rel), Err: err}
 	}
 	t.record(rel, made{act: actDir, typ: unix.S_IFDIR, dev: st.Dev, ino: st.Ino})
-	j := &dirJob{parent: parent, src: s, dst: d, name: name, rel: rel}
+	j, err := subJob(parent, name, rel, s, d, 0, 0)
+	if err != nil {
+		s.Close()
+		d.Close()
+		return nil, st, err
+	}
 	j.start()
 	return j, st, nil
 }

@@ -213,21 +213,88 @@ func readSmallFileAt(dir *os.File, name string) ([]byte, error) {
 
 // removeAllAt removes name from dir and, if it is a directory, everything
 // below it, through descriptors and without following a symlink: what is
-// removed is below dir, whatever is renamed or swapped meanwhile.
-func removeAllAt(dir *os.File, name string, steps *atomic.Int64) error {
-	defer step(steps)
+// removed is below dir, whatever is renamed or swapped meanwhile. The walk
+// keeps the directories of its first heldLevels levels open; deeper, only
+// the one being emptied, and an ancestor is opened again (reopenRemoval)
+// when its turn comes back: descriptors do not grow with the depth.
+func removeAllAt(dir *os.File, name string, steps *atomic.Int64) (err error) {
+	stack := []*removal{{d: dir, names: []string{name}}}
+	defer func() {
+		for _, f := range stack[1:] {
+			if f.d != nil {
+				f.d.Close()
+			}
+		}
+	}()
+	for {
+		top := stack[len(stack)-1]
+		if len(top.names) == 0 {
+			// Emptied: remove it from its parent.
+			if len(stack) == 1 {
+				return nil
+			}
+			top.d.Close()
+			stack = stack[:len(stack)-1]
+			parent := stack[len(stack)-1]
+			if parent.d == nil {
+				if parent.d, err = reopenRemoval(stack); err != nil {
+					return err
+				}
+			}
+			if err := unix.Unlinkat(int(parent.d.Fd()), top.name, unix.AT_REMOVEDIR); err != nil && err != unix.ENOENT {
+				return &os.PathError{Op: "rmdir", Path: path.Join(parent.d.Name(), top.name), Err: err}
+			}
+			step(steps)
+			continue
+		}
+		n := top.names[0]
+		top.names = top.names[1:]
+		sub, names, err := openForRemoval(top.d, n)
+		switch {
+		case err != nil:
+			return err
+		case sub == nil: // removed, or gone
+			step(steps)
+			continue
+		}
+		id, err := idOf(sub)
+		if err != nil {
+			sub.Close()
+			return err
+		}
+		if len(stack) > heldLevels {
+			top.d.Close()
+			top.d = nil
+		}
+		stack = append(stack, &removal{d: sub, name: n, id: id, names: names})
+	}
+}
+
+// removal is a directory removeAllAt is emptying: its name in its
+// parent, its descriptor (nil while closed), as first opened, and the
+// entries still to remove.
+type removal struct {
+	d     *os.File
+	name  string
+	id    dirID
+	names []string
+}
+
+// openForRemoval removes name from dir if it is not a directory (sub nil),
+// else opens it for removal (see openDirForRemoval) and lists it.
+func openForRemoval(dir *os.File, name string) (sub *os.File, names []string, _ error) {
 	var st unix.Stat_t
 	switch err := fstatat(int(dir.Fd()), name, &st); {
 	case errors.Is(err, fs.ErrNotExist):
-		return nil
+		return nil, nil, nil
 	case err != nil:
-		return err
+		return nil, nil, err
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		if err := unlinkAt(dir, name); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return err
+			return nil, nil, err
 		}
-		return nil
+		return nil, nil, nil
 	}
 	// Never into another file system (or a bind mount): nothing on it is
 	// ours. Checked on the name before the directory is opened, and on
@@ -235,30 +302,50 @@ func removeAllAt(dir *os.File, name string, steps *atomic.Int64) error {
 	// arrive between the two.
 	pm, err := mountOf(int(dir.Fd()), "")
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	if err := checkNotMount(dir, name, pm); err != nil {
-		return err
+		return nil, nil, err
 	}
-	sub, err := openDirForRemoval(dir, name, pm)
+	sub, err = openDirForRemoval(dir, name, pm)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	names, err := sub.Readdirnames(-1)
-	for _, n := range names {
-		if err != nil {
-			break
+	if names, err = sub.Readdirnames(-1); err != nil {
+		sub.Close()
+		return nil, nil, err
+	}
+	return sub, names, nil
+}
+
+// reopenRemoval opens the last directory of stack again, by name from the
+// deepest one still open, one level at a time without following a
+// symlink, each checked to be the directory first opened there: one
+// swapped or moved meanwhile is an error, and nothing below it is removed.
+func reopenRemoval(stack []*removal) (*os.File, error) {
+	i := len(stack) - 1
+	for stack[i].d == nil {
+		i--
+	}
+	from, cur := stack[i].d, stack[i].d
+	for _, f := range stack[i+1:] {
+		next, err := openDirAt(cur, f.name)
+		if cur != from {
+			cur.Close()
 		}
-		err = removeAllAt(sub, n, steps)
+		if err != nil {
+			return nil, err
+		}
+		if id, err := idOf(next); err != nil || id != f.id {
+			next.Close()
+			if err != nil {
+				return nil, err
+			}
+			return nil, fmt.Errorf("%s was replaced or moved while it was being removed; left in place", next.Name())
+		}
+		cur = next
 	}
-	sub.Close()
-	if err != nil {
-		return err
-	}
-	if err := unix.Unlinkat(int(dir.Fd()), name, unix.AT_REMOVEDIR); err != nil && err != unix.ENOENT {
-		return &os.PathError{Op: "rmdir", Path: path.Join(dir.Name(), name), Err: err}
-	}
-	return nil
+	return cur, nil
 }
 
 // goneAt reports whether name in parent is positively no longer the

@@ -66,8 +66,11 @@ func (p *pool) work() {
 }
 
 // dirJob is a directory being walked (in the source, and the target where
-// there is one). Its descriptors stay open until every task below it has
-// ended; then finish runs (once) and the parent is told.
+// there is one). Within heldLevels of the top its descriptors stay open
+// until every task below it has ended; then finish runs (once) and the
+// parent is told. Deeper (deep), they are open only while a task uses them
+// (acquire, release) and opened again from the deepest held ancestor when
+// needed (see reopen): descriptors held do not grow with the depth.
 type dirJob struct {
 	parent   *dirJob
 	src, dst *os.File
@@ -75,6 +78,12 @@ type dirJob struct {
 	rel      string // relative to the version directory; "" at the top
 	pending  atomic.Int64
 	finish   func(*dirJob)
+
+	depth        int // 0 at the top
+	deep         bool
+	srcID, dstID dirID // a deep job's directories as first opened
+	refsMu       sync.Mutex
+	refs         int // tasks of a deep job using src and dst
 
 	// Flags added when src and dst are reopened to be listed (O_NOATIME
 	// where it was granted: see openKeepingAtime).

@@ -60,7 +60,7 @@ type tree struct {
 	// first target name, so that later names become links to it (cp -a).
 	copiesMu sync.Mutex
 	copies   map[inodeKey]*firstCopy
-	held     map[*os.File]*os.File // target directories firstCopy entries name, duplicated; closed at the end
+	held     map[*dirJob]*os.File // target directories firstCopy entries name, duplicated; closed at the end
 
 	// Every target entry this preparation made, by relative path:
 	// validation judges the target's entries against it.
@@ -216,7 +216,7 @@ func (t *tree) copyAndValidate(res *Result) (err error) {
 		return fmt.Errorf("datadir: %w", err)
 	}
 	t.copies = map[inodeKey]*firstCopy{}
-	t.held = map[*os.File]*os.File{}
+	t.held = map[*dirJob]*os.File{}
 	t.made = map[string]made{}
 	defer func() {
 		for _, d := range t.held {

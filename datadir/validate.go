@@ -50,6 +50,7 @@ func (t *tree) validate() error {
 // batches.
 func (t *tree) validateList(j *dirJob) {
 	defer j.done()
+	defer j.release() // the hold of the task that opened j
 	if t.stopped() {
 		return
 	}
@@ -84,6 +85,11 @@ func (t *tree) validateList(j *dirJob) {
 	var batches []func()
 	for b := range slices.Chunk(entries, batch) {
 		batches = append(batches, func() {
+			if err := j.acquire(); err != nil {
+				t.setErr(err)
+				return
+			}
+			defer j.release()
 			for _, e := range b {
 				if t.stopped() {
 					return
@@ -226,23 +232,35 @@ func (t *tree) validateSubdir(parent *dirJob, name, rel string, suid, duid uint3
 		parent.done()
 		return
 	}
+	if err := parent.acquire(); err != nil {
+		t.setErr(err)
+		parent.done()
+		return
+	}
 	s, sf, err := openKeepingAtime(parent.src, name, suid, true)
 	if err != nil {
+		parent.release()
 		t.setErr(err)
 		parent.done()
 		return
 	}
 	d, df, err := openKeepingAtime(parent.dst, name, duid, true)
+	parent.release()
 	if err != nil {
 		s.Close()
 		t.setErr(err)
 		parent.done()
 		return
 	}
-	j := &dirJob{parent: parent, src: s, dst: d, name: name, rel: rel, srcFlags: sf, dstFlags: df, finish: func(j *dirJob) {
-		j.src.Close()
-		j.dst.Close()
-	}}
+	j, err := subJob(parent, name, rel, s, d, sf, df)
+	if err != nil {
+		s.Close()
+		d.Close()
+		t.setErr(err)
+		parent.done()
+		return
+	}
+	j.finish = (*dirJob).closeHeld
 	j.start()
 	t.validateList(j)
 }
@@ -275,6 +293,7 @@ func (t *tree) recheck() error {
 // It is one of j's tasks.
 func (t *tree) recheckDir(j *dirJob, missing map[string]carriedEntry, mu *sync.Mutex) {
 	defer j.done()
+	defer j.release() // the hold of the task that opened j
 	if t.stopped() {
 		return
 	}
@@ -287,6 +306,11 @@ func (t *tree) recheckDir(j *dirJob, missing map[string]carriedEntry, mu *sync.M
 	var batches []func()
 	for b := range slices.Chunk(names, batch) {
 		batches = append(batches, func() {
+			if err := j.acquire(); err != nil {
+				t.setErr(err)
+				return
+			}
+			defer j.release()
 			for _, name := range b {
 				if t.stopped() {
 					return
@@ -329,7 +353,13 @@ func (t *tree) recheckEntry(j *dirJob, name string, missing map[string]carriedEn
 	j.start()
 	uid := st.Uid
 	t.pool.add(func() {
+		if err := j.acquire(); err != nil {
+			t.setErr(err)
+			j.done()
+			return
+		}
 		sub, flags, err := openKeepingAtime(j.dst, name, uid, true)
+		j.release()
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
 			j.done() // what was below it is reported as missing
@@ -339,7 +369,14 @@ func (t *tree) recheckEntry(j *dirJob, name string, missing map[string]carriedEn
 			j.done()
 			return
 		}
-		sj := &dirJob{parent: j, dst: sub, name: name, rel: rel, dstFlags: flags, finish: func(j *dirJob) { j.dst.Close() }}
+		sj, err := subJob(j, name, rel, nil, sub, 0, flags)
+		if err != nil {
+			sub.Close()
+			t.setErr(err)
+			j.done()
+			return
+		}
+		sj.finish = (*dirJob).closeHeld
 		sj.start()
 		t.recheckDir(sj, missing, mu)
 	})
