@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -86,6 +87,9 @@ func (t *tree) copyEntry(j *dirJob, f fileJob) error {
 		var st unix.Stat_t
 		if err := fstatat(int(j.src.Fd()), f.name, &st); err != nil {
 			return err
+		}
+		if st.Nlink > 1 {
+			return t.copyMultiNameSymlink(j, f, &st)
 		}
 		return t.copySymlink(j.src, j.dst, f.name, f.rel, &st)
 	}
@@ -438,5 +442,69 @@ func checkSymlink(r *os.Root, rel, target string) error {
 	case why != "":
 		return bad(why)
 	}
+	return nil
+}
+
+// firstSymlink is the first target name of a symlink with several names
+// in the source (a hard link to a symlink). mu is held while it is made.
+type firstSymlink struct {
+	mu       sync.Mutex
+	ok       bool // made
+	dirRel   string
+	name     string
+	dev, ino uint64
+}
+
+// copyMultiNameSymlink recreates a symlink with several names as cp -a
+// does: the first name seen as a new symlink (copySymlink), every later
+// one as a hard link of that symlink in the target (linkat without
+// AT_SYMLINK_FOLLOW links the symlink itself), checked to be that inode.
+func (t *tree) copyMultiNameSymlink(j *dirJob, f fileJob, st *unix.Stat_t) error {
+	k := inodeKey{uint64(st.Dev), uint64(st.Ino), stampOf(st)}
+	t.copiesMu.Lock()
+	s, later := t.symlinkNames[k]
+	if !later {
+		s = &firstSymlink{dirRel: j.rel, name: f.name}
+		s.mu.Lock() // before anyone can find it
+		t.symlinkNames[k] = s
+	}
+	t.copiesMu.Unlock()
+	if !later {
+		defer s.mu.Unlock()
+		if err := t.copySymlink(j.src, j.dst, f.name, f.rel, st); err != nil {
+			return err
+		}
+		m, _ := t.madeAs(f.rel)
+		s.ok, s.dev, s.ino = true, m.dev, m.ino
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.ok {
+		return nil // the first failed: the walk stops on its error
+	}
+	dir := j.dst
+	if s.dirRel != j.rel {
+		d, err := t.reopenMadeDir(s.dirRel)
+		if err != nil {
+			return err
+		}
+		defer d.Close()
+		dir = d
+	}
+	if err := unix.Linkat(int(dir.Fd()), s.name, int(j.dst.Fd()), f.name, 0); err != nil {
+		return &os.LinkError{Op: "linkat", Old: path.Join(t.dst, s.dirRel, s.name), New: path.Join(t.dst, f.rel), Err: err}
+	}
+	// The first name may have been swapped since it was made: what was
+	// linked must be the symlink made.
+	var now unix.Stat_t
+	if err := fstatat(int(j.dst.Fd()), f.name, &now); err != nil {
+		return err
+	}
+	if now.Mode&unix.S_IFMT != unix.S_IFLNK || now.Dev != s.dev || now.Ino != s.ino {
+		return fmt.Errorf("%w: %s: not the symlink made at %s (replaced in the target meanwhile)", ErrValidation, f.rel, path.Join(s.dirRel, s.name))
+	}
+	t.record(f.rel, made{act: actSymlink, typ: unix.S_IFLNK, dev: now.Dev, ino: now.Ino})
+	t.symlinks.Add(1)
 	return nil
 }

@@ -2,6 +2,7 @@ package datadir
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"os"
 	"path/filepath"
@@ -113,5 +114,50 @@ func TestDeepVersionIsCollected(t *testing.T) {
 	}
 	if v2 := Dir(root, inst(0, 2)); exists(t, v2) {
 		t.Errorf("Prepare with Keep 1 and RLIMIT_NOFILE %d left %s", lowDescriptors, v2)
+	}
+}
+
+// A deep source directory moved away during the walk, and replaced by a
+// symlink to where it went or by another directory, is not walked into
+// when its descriptor is opened again: Prepare fails, the target gets no
+// marker.
+func TestDeepDirectorySwappedDuringTheWalkIsRefused(t *testing.T) {
+	for _, how := range []string{"symlink", "directory"} {
+		t.Run(how, func(t *testing.T) {
+			root := t.TempDir()
+			files, _ := deepFiles()
+			src := makeVersion(t, root, 0, 1, files, 1)
+			swapped := filepath.Join(src, strings.Repeat("d/", 60))
+			trigger := strings.Repeat("d/", 120) + "f"
+			testHookFile = func(rel string) {
+				if rel != trigger {
+					return
+				}
+				moved := filepath.Join(root, "moved")
+				if err := os.Rename(swapped, moved); err != nil {
+					t.Error(err)
+				}
+				var err error
+				if how == "symlink" {
+					err = os.Symlink(moved, filepath.Clean(swapped))
+				} else {
+					err = os.Mkdir(swapped, 0o755)
+				}
+				if err != nil {
+					t.Error(err)
+				}
+			}
+			t.Cleanup(func() { testHookFile = nil })
+			_, _, err := Prepare(context.Background(), root, inst(0, 2), Options{Logger: quiet, Workers: 1})
+			if err == nil {
+				t.Fatal("Prepare succeeded with a source directory swapped during the walk")
+			}
+			if how == "directory" && !errors.Is(err, ErrValidation) {
+				t.Errorf("err = %v, want ErrValidation", err)
+			}
+			if exists(t, filepath.Join(Dir(root, inst(0, 2)), MarkerName)) {
+				t.Error("the target got a marker")
+			}
+		})
 	}
 }

@@ -1,6 +1,8 @@
 package datadir
 
 import (
+	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -42,5 +44,32 @@ func TestMultiNameSymlinkKeepsOneInode(t *testing.T) {
 		}
 		// And the next version, from this one.
 		mustPrepare(t, root, inst(0, 3), Options{PreviousGraceful: graceful})
+	}
+}
+
+// Validation accepts a later name only as a link of the symlink Prepare
+// made: a separate symlink with the same text in its place is refused.
+func TestMultiNameSymlinkReplacedBeforeValidationIsRefused(t *testing.T) {
+	root := t.TempDir()
+	src := makeVersion(t, root, 0, 1, map[string]string{"data/f": "x"}, 1)
+	if err := os.Symlink("f", filepath.Join(src, "data/l")); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Linkat(unix.AT_FDCWD, filepath.Join(src, "data/l"), unix.AT_FDCWD, filepath.Join(src, "data/m"), 0); err != nil {
+		t.Fatal(err)
+	}
+	testHookBeforeValidate = func(dir string) {
+		p := filepath.Join(dir, "data/m")
+		if err := os.Remove(p); err != nil {
+			t.Error(err)
+		}
+		if err := os.Symlink("f", p); err != nil {
+			t.Error(err)
+		}
+	}
+	t.Cleanup(func() { testHookBeforeValidate = nil })
+	_, _, err := Prepare(context.Background(), root, inst(0, 2), Options{Logger: quiet})
+	if !errors.Is(err, ErrValidation) {
+		t.Fatalf("err = %v, want ErrValidation", err)
 	}
 }

@@ -61,6 +61,9 @@ type tree struct {
 	copiesMu sync.Mutex
 	copies   map[inodeKey]*firstCopy
 	held     map[*dirJob]*os.File // target directories firstCopy entries name, duplicated; closed at the end
+	// Symlinks with several names in the source, by source inode: later
+	// names become links to the first one made (cp -a).
+	symlinkNames map[inodeKey]*firstSymlink
 
 	// Every target entry this preparation made, by relative path:
 	// validation judges the target's entries against it.
@@ -217,6 +220,7 @@ func (t *tree) copyAndValidate(res *Result) (err error) {
 	}
 	t.copies = map[inodeKey]*firstCopy{}
 	t.held = map[*dirJob]*os.File{}
+	t.symlinkNames = map[inodeKey]*firstSymlink{}
 	t.made = map[string]made{}
 	defer func() {
 		for _, d := range t.held {
