@@ -19,9 +19,6 @@ import (
 // before.
 const heldLevels = 16
 
-// dirID is a directory as first opened: its device and inode.
-type dirID struct{ dev, ino uint64 }
-
 func idOf(d *os.File) (dirID, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(int(d.Fd()), &st); err != nil {

@@ -65,6 +65,9 @@ func (p *pool) work() {
 	}
 }
 
+// dirID is a directory as first opened: its device and inode.
+type dirID struct{ dev, ino uint64 }
+
 // dirJob is a directory being walked (in the source, and the target where
 // there is one). Within heldLevels of the top its descriptors stay open
 // until every task below it has ended; then finish runs (once) and the
