@@ -20,7 +20,7 @@ BUILD := GO=$(GO) VERSION=$(VERSION) COMMIT=$(COMMIT) scripts/build.sh
 DIST ?= dist
 RELEASE_ARCHES ?= amd64 arm64
 
-.PHONY: all build release image demo test test-short stress lint versitygw test-tools bench bench-datadir bench-efs-handover chaos clean sim sim-teeth fuzz docs-check
+.PHONY: all build release image demo test test-short stress mutants lint versitygw test-tools bench bench-datadir bench-efs-handover chaos clean sim sim-teeth fuzz docs-check
 
 ## all (the default): build only; nothing installed (make test installs what tests need)
 all: build
@@ -96,6 +96,17 @@ stress: versitygw test-tools
 	start=$$(date +%s); \
 	CI=true $(GO) test -race -count=2 -timeout 60m $(STRESS_PKGS); rc=$$?; \
 	echo "stress: exit $$rc after $$(( $$(date +%s) - start )) s (busy loops $$b1 $$b2)"; exit $$rc
+
+## mutants: break each safety rule listed in mutants/mutants.txt, one at a
+## time, in a scratch copy of the tree (internal/mutants), and run the tests
+## named as its killers, then (only if they all pass) the package's fast
+## suite; prints a table, fails on any survivor. About 1 min when every
+## mutation is killed (most of it compiling); a survivor costs a package
+## suite (2-7 min). Not part of .ci/run; run it after changing a rule.
+## MUTANTS=regexp runs only the mutations whose name matches
+MUTANTS ?=
+mutants:
+	GO=$(GO) $(GO) run ./internal/mutants -run '$(MUTANTS)'
 
 ## lint: gofmt, go vet and staticcheck
 lint:

@@ -29,14 +29,19 @@ const testBucket = "rules"
 
 var internalEpoch = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 
-// writeCounter is a real repository that counts the writes sent through it.
+// writeCounter is a real repository that counts the writes sent through it
+// and, with failWrites, answers each write with an outage instead.
 type writeCounter struct {
 	Repository
-	writes atomic.Int64
+	writes     atomic.Int64
+	failWrites atomic.Bool
 }
 
 func (r *writeCounter) Write(ctx context.Context, l Lease, etag string) (string, error) {
 	r.writes.Add(1)
+	if r.failWrites.Load() {
+		return "", fmt.Errorf("injected: %w", ErrUnavailable)
+	}
 	return r.Repository.Write(ctx, l, etag)
 }
 
@@ -192,7 +197,9 @@ func TestRestoreLeavesAScaleDownMarkAlone(t *testing.T) {
 // recreates the missing object as an expiring lease at a version (so the
 // next take writes above it), never as a never-held object: version 0
 // would let the next holder take version 1, which a holder before the
-// delete may have had.
+// delete may have had. It is created so at once: a never-held object would
+// be rewritten afterwards (unfreshen), but that second write can fail (an
+// outage here: every write fails) and leave it behind.
 func TestMissingObjectWithAMarkerIsRecreatedAsAnExpiringLease(t *testing.T) {
 	f := newRulesFixture(t)
 	ctx := context.Background()
@@ -207,6 +214,7 @@ func TestMissingObjectWithAMarkerIsRecreatedAsAnExpiringLease(t *testing.T) {
 	if !listing.MarkerSeen || len(listing.Slots) != 0 {
 		t.Fatalf("listing %+v, want the marker and no lease object", listing)
 	}
+	f.repo.failWrites.Store(true)
 	b, err := initializeFrom(ctx, f.repo, listing, 1, "candidate", 2*time.Second, f.p.nonce, nil)
 	if err != nil {
 		t.Fatal(err)
