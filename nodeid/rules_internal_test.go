@@ -229,7 +229,10 @@ func TestMissingObjectWithAMarkerIsRecreatedAsAnExpiringLease(t *testing.T) {
 }
 
 // Rule 2 counts from the first sight of an ETag: a new ETag, even one
-// asked about before see records it, has been seen unchanged for 0.
+// asked about before see records it, has been seen unchanged for 0. Today
+// every caller records the ETag (see) just before asking, so the provider
+// cannot show the difference; a caller that asks first must not inherit
+// the old ETag's time.
 func TestObservationOfANewETagStartsAtZero(t *testing.T) {
 	o := observations{}
 	o.see(0, `"a"`, internalEpoch)
