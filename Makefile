@@ -20,7 +20,7 @@ BUILD := GO=$(GO) VERSION=$(VERSION) COMMIT=$(COMMIT) scripts/build.sh
 DIST ?= dist
 RELEASE_ARCHES ?= amd64 arm64
 
-.PHONY: all build release image demo test test-short stress lint versitygw test-tools bench bench-datadir bench-efs-handover chaos clean sim sim-teeth fuzz docs-check
+.PHONY: all build release image demo test test-short stress mutants lint versitygw test-tools bench bench-datadir bench-efs-handover chaos clean sim sim-teeth fuzz docs-check
 
 ## all (the default): build only; nothing installed (make test installs what tests need)
 all: build
@@ -86,16 +86,30 @@ test-short:
 	CI= NODEID_SKIP_INTEGRATION=1 $(GO) test -count=1 ./...
 	@echo "test-short: SKIPPED every test that needs VersityGW (NODEID_SKIP_INTEGRATION=1); make test runs them"
 
-## stress: the suites of nodeid, cmd/nodeid-init and chaos twice, with the
-## race detector, while two busy loops occupy both cores: a test that holds
-## only on a quiet machine fails here; prints the wall time
-STRESS_PKGS ?= ./nodeid ./cmd/nodeid-init ./chaos
+## stress: the suites of STRESS_PKGS twice, with the race detector, while
+## BUSY (default 4) busy loops occupy the machine's two cores: a test that
+## holds only on a quiet machine fails here; prints each package's time
+## (go test runs the packages side by side) and the wall time
+STRESS_PKGS ?= ./nodeid ./cmd/nodeid-init ./chaos ./internal/...
+BUSY ?= 4
 stress: versitygw test-tools
-	@busy() { while :; do :; done; }; busy & b1=$$!; busy & b2=$$!; \
-	trap 'kill $$b1 $$b2 2>/dev/null; wait $$b1 $$b2 2>/dev/null' EXIT; \
+	@set -o pipefail; busy=""; for i in $$(seq $(BUSY)); do (while :; do :; done) & busy="$$busy $$!"; done; \
+	trap 'kill $$busy 2>/dev/null; wait $$busy 2>/dev/null' EXIT; \
 	start=$$(date +%s); \
-	CI=true $(GO) test -race -count=2 -timeout 60m $(STRESS_PKGS); rc=$$?; \
-	echo "stress: exit $$rc after $$(( $$(date +%s) - start )) s (busy loops $$b1 $$b2)"; exit $$rc
+	CI=true $(GO) test -race -count=2 -timeout 60m $(STRESS_PKGS) 2>&1 | \
+		awk '{ print; fflush() } /^(ok|FAIL)[ \t]+[a-z]/ { pkgs[++n] = $$0 } END { print "stress: time per package (both runs):"; for (i = 1; i <= n; i++) print "  " pkgs[i] }'; rc=$$?; \
+	echo "stress: exit $$rc after $$(( $$(date +%s) - start )) s with $(BUSY) busy loops ($$busy)"; exit $$rc
+
+## mutants: break each safety rule listed in mutants/mutants.txt, one at a
+## time, in a scratch copy of the tree (internal/mutants), and run the tests
+## named as its killers, then (only if they all pass) the package's fast
+## suite; prints a table, fails on any survivor. About 50 s with a warm
+## build cache when every mutation is killed (mostly compiling; 11 entries);
+## a survivor costs its package's suite (2-7 min). Part of .ci/run.
+## MUTANTS=regexp runs only the mutations whose name matches
+MUTANTS ?=
+mutants:
+	GO=$(GO) $(GO) run ./internal/mutants -run '$(MUTANTS)'
 
 ## lint: gofmt, go vet and staticcheck
 lint:

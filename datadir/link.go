@@ -11,6 +11,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// testHookBeforeLink runs after a file was judged linkable and before it is
+// linked: a test's stale holder changes it in that window, which only
+// validation's nlink and SettleTime checks can see.
+var testHookBeforeLink func(rel string)
+
 // link hard-links the open source file fd (O_PATH, a regular file) into
 // the target as name: that very inode, whatever its source name is now
 // (linkat AT_EMPTY_PATH, or /proc/self/fd where that is not permitted).
@@ -20,6 +25,9 @@ import (
 // graceful one nobody writes it, and linking every name of a multi-name
 // file would move its ctime anyway.)
 func (t *tree) link(fd int, st *unix.Stat_t, dst *os.File, name, rel string) error {
+	if testHookBeforeLink != nil {
+		testHookBeforeLink(rel)
+	}
 	if err := linkFd(fd, int(dst.Fd()), name); err != nil {
 		return &os.LinkError{Op: "linkat", Old: path.Join(t.src, rel), New: path.Join(t.dst, rel), Err: err}
 	}

@@ -15,6 +15,7 @@ import (
 )
 
 func TestRacingProvidersGetDistinctIDs(t *testing.T) {
+	const stormLease = time.Minute
 	for _, tc := range []struct {
 		n         int
 		bootstrap bool
@@ -28,7 +29,7 @@ func TestRacingProvidersGetDistinctIDs(t *testing.T) {
 			forEachServer(t, func(t *testing.T, srv *s3test.Server) {
 				repo := newRepo(t, srv, "")
 				if tc.bootstrap {
-					if err := nodeid.Initialize(context.Background(), repo, n, "bootstrap", 8*time.Second); err != nil {
+					if err := nodeid.Initialize(context.Background(), repo, n, "bootstrap", stormLease); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -36,15 +37,18 @@ func TestRacingProvidersGetDistinctIDs(t *testing.T) {
 				providers := make([]*nodeid.Provider, n)
 				counters := make([]*countingRepo, n)
 				for i := range providers {
-					// Longer timings than fastConfig: 50 tasks on a
-					// loaded machine must not see request timeouts
-					// (a take that timed out but landed is taken again
-					// at v2 once it expires), nor lose their leases to
-					// a stall of a few seconds (L - m - R = 6 s). The
+					// Timing is not the subject: 50 tasks on a loaded
+					// machine must not see request timeouts (a take
+					// that timed out but landed is taken again at v2
+					// once it expires), nor lose their leases to a
+					// stall (L - m - R = 34 s). No renewal is due
+					// before R = 20 s: with R = 1.2 s the holders'
+					// renewals (42 a second) were most of the load of a
+					// storm that a loaded machine stretched past R. The
 					// refresh loop is pushed out: its reads are not
 					// acquisition cost.
 					cfg := fastConfig(t, fmt.Sprintf("task-%d", i), n, nil)
-					cfg.LeaseDuration, cfg.RenewInterval, cfg.SafetyMargin, cfg.RequestTimeout = 8*time.Second, 1200*time.Millisecond, 800*time.Millisecond, time.Second
+					cfg.LeaseDuration, cfg.RenewInterval, cfg.SafetyMargin, cfg.RequestTimeout = stormLease, 20*time.Second, 6*time.Second, 5*time.Second
 					cfg.MappingsRefreshInterval = time.Minute
 					counters[i] = newCountingRepo(repo)
 					providers[i] = newProvider(t, counters[i], cfg)
