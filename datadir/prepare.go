@@ -578,4 +578,6 @@ func removeFailedTarget(node *os.File, name string, v node.Version, c Cluster, d
 
 // logSeconds is d as a number of seconds to the millisecond, for log fields
 // named *_seconds (1.519, not 1.5190000000000001).
-func logSeconds(d time.Duration) float64 { return float64(d.Round(time.Millisecond).Milliseconds()) / 1000 }
+func logSeconds(d time.Duration) float64 {
+	return float64(d.Round(time.Millisecond).Milliseconds()) / 1000
+}

@@ -279,4 +279,6 @@ func (p *Provider) get(ctx context.Context, id int) (Record, error) {
 
 // logSeconds is d as a number of seconds to the millisecond, for log fields
 // named *_seconds (1.519, not 1.5190000000000001).
-func logSeconds(d time.Duration) float64 { return float64(d.Round(time.Millisecond).Milliseconds()) / 1000 }
+func logSeconds(d time.Duration) float64 {
+	return float64(d.Round(time.Millisecond).Milliseconds()) / 1000
+}

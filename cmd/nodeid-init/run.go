@@ -365,9 +365,11 @@ func (sess *session) beforeStart(ctx context.Context, inst nodeid.NodeInstance, 
 	}
 	data := templateData{NodeID: inst.ID, Version: int64(inst.Version), DataDir: dataDir, ClusterSize: sess.cfg.ClusterSize,
 		TaskID: sess.cfg.TaskID, Address: sess.cfg.Address, Peers: peers}
-	if err := renderTemplates(sess.s.templates, data); err != nil {
+	out, err := renderTemplates(sess.s.templates, data, nil)
+	if err != nil {
 		return nil, err
 	}
+	sess.tmplData, sess.tmplOut = &data, out
 	for _, t := range sess.s.templates {
 		sess.log.Info("template rendered", "src", t.src, "dst", t.dst)
 	}
@@ -403,4 +405,6 @@ func isClosed(ch chan struct{}) bool {
 
 // logSeconds is d as a number of seconds to the millisecond, for log fields
 // named *_seconds (1.519, not 1.5190000000000001).
-func logSeconds(d time.Duration) float64 { return float64(d.Round(time.Millisecond).Milliseconds()) / 1000 }
+func logSeconds(d time.Duration) float64 {
+	return float64(d.Round(time.Millisecond).Milliseconds()) / 1000
+}
