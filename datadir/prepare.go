@@ -229,12 +229,13 @@ func prepare(ctx context.Context, root string, inst node.Instance, opts Options,
 	if cfg.graceful && inst.Version > 0 && (p.source.dir == nil || p.source.v != inst.Version-1) {
 		cfg.graceful, cfg.verifyContent = false, true
 		res.PredecessorIncomplete = true
-		var source any = "none"
+		// No source: the field is left out, so it is a number wherever
+		// it appears.
+		attrs := []any{"predecessor", filepath.Join(nodePath, versionDirName(inst.Version-1))}
 		if p.source.dir != nil {
-			source = int64(p.source.v)
+			attrs = append(attrs, "source_version", int64(p.source.v))
 		}
-		log.Warn("the graceful predecessor's version is not complete: the source is prepared as after an ungraceful takeover",
-			"predecessor", filepath.Join(nodePath, versionDirName(inst.Version-1)), "source", source)
+		log.Warn("the graceful predecessor's version is not complete: the source is prepared as after an ungraceful takeover", attrs...)
 	}
 	var (
 		from *node.Version
@@ -243,7 +244,7 @@ func prepare(ctx context.Context, root string, inst node.Instance, opts Options,
 	if p.source.dir != nil {
 		src := p.source.v
 		res.HasSource, res.Source, from = true, src, &src
-		log.Info("preparing from previous version", "source", int64(src), "graceful", cfg.graceful)
+		log.Info("preparing from previous version", "source_version", int64(src), "graceful", cfg.graceful)
 		before, err := readMarker(p.source.dir, src)
 		if err != nil {
 			return "", Result{}, fmt.Errorf("%w: source %s: %w", ErrValidation, p.source.name, err)
@@ -358,14 +359,16 @@ func prepare(ctx context.Context, root string, inst node.Instance, opts Options,
 		}
 	}
 	res.Duration = time.Since(start)
-	var fromVersion any = "none"
+	// Without a source from_version is left out (never a string): each
+	// key has one type in JSON logs.
+	attrs := []any{"dir", dir}
 	if res.HasSource {
-		fromVersion = int64(res.Source)
+		attrs = append(attrs, "from_version", int64(res.Source))
 	}
-	log.Info("prepared", "dir", dir, "from_version", fromVersion,
-		"files_copied", res.FilesCopied, "bytes_copied", res.BytesCopied,
+	attrs = append(attrs, "files_copied", res.FilesCopied, "bytes_copied", res.BytesCopied,
 		"files_linked", res.FilesLinked, "bytes_linked", res.BytesLinked,
-		"removed", len(res.Removed), "duration", res.Duration)
+		"removed", len(res.Removed), "duration_seconds", logSeconds(res.Duration))
+	log.Info("prepared", attrs...)
 	return dir, res, nil
 }
 
@@ -571,4 +574,10 @@ func removeFailedTarget(node *os.File, name string, v node.Version, c Cluster, d
 		return err
 	}
 	return rmdirAt(node, name, e.dir)
+}
+
+// logSeconds is d as a number of seconds to the millisecond, for log fields
+// named *_seconds (1.519, not 1.5190000000000001).
+func logSeconds(d time.Duration) float64 {
+	return float64(d.Round(time.Millisecond).Milliseconds()) / 1000
 }

@@ -299,7 +299,7 @@ func (t *tree) logProgress() (stop func()) {
 				t.log.Info("copying",
 					"files_copied", t.filesCopied.Load(), "bytes_copied", t.bytesCopied.Load(),
 					"files_linked", t.filesLinked.Load(), "bytes_linked", t.bytesLinked.Load(),
-					"elapsed", time.Since(start).Round(time.Millisecond))
+					"elapsed_seconds", logSeconds(time.Since(start)))
 			}
 		}
 	})

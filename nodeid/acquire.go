@@ -25,7 +25,7 @@ func (p *Provider) Acquire(ctx context.Context) (NodeInstance, error) {
 		acquireDeadline = start.Add(p.cfg.AcquireTimeout)
 	}
 
-	waitingLogged := false
+	var waitingSince, progressLogged time.Time
 	relists := 0
 	wait := p.cfg.Clock.NewTimer(time.Hour)
 	wait.Stop()
@@ -49,9 +49,18 @@ func (p *Provider) Acquire(ctx context.Context) (NodeInstance, error) {
 			continue
 		default:
 			relists = 0
-			if !waitingLogged {
-				p.log.Info("no node id free, waiting", "cluster_size", p.clusterSize(), "poll_interval", p.cfg.PollInterval)
-				waitingLogged = true
+			now := p.cfg.Clock.Now()
+			switch {
+			case waitingSince.IsZero():
+				waitingSince, progressLogged = now, now
+				p.log.Info("no node id free, waiting", "cluster_size", p.clusterSize(),
+					"held_ids", res.held, "poll_interval_seconds", p.cfg.PollInterval.Seconds())
+			case now.Sub(progressLogged) >= waitProgressEvery:
+				// A spare may wait for days: a line now and then shows it
+				// is alive and still looking, not stuck.
+				progressLogged = now
+				p.log.Info("still waiting for a node id", "cluster_size", p.clusterSize(),
+					"held_ids", res.held, "waited_seconds", now.Sub(waitingSince).Round(time.Second).Seconds())
 			}
 		}
 		delay, err := p.pollDelay(pass, acquireDeadline)
@@ -63,6 +72,9 @@ func (p *Provider) Acquire(ctx context.Context) (NodeInstance, error) {
 		}
 	}
 }
+
+// waitProgressEvery is how often a waiting task logs that it still waits.
+const waitProgressEvery = time.Minute
 
 // beginAcquire moves an idle provider to acquiring.
 func (p *Provider) beginAcquire() error {
@@ -90,6 +102,7 @@ type passResult struct {
 	inst  NodeInstance
 	taken bool // inst is held now
 	stale bool // others took IDs since our listing: list again at once
+	held  int  // allowed IDs the pass found held (for the waiting lines)
 }
 
 // tryOnce is one pass of the configured strategy.
@@ -105,7 +118,7 @@ func (p *Provider) reportAcquired(inst NodeInstance, start time.Time) NodeInstan
 	took := p.cfg.Clock.Now().Sub(start)
 	deadline, _ := p.Deadline()
 	graceful := p.PreviousGracefullyShutdown()
-	p.tlog.Info("acquired node id", "previous_graceful", graceful, "took", took.Round(time.Millisecond))
+	p.tlog.Info("acquired node id", "previous_graceful", graceful, "took_seconds", logSeconds(took))
 	p.emit(Event{Kind: EventAcquired, Instance: inst, Deadline: deadline, Latency: took, Graceful: graceful})
 	return inst
 }
@@ -262,4 +275,10 @@ func (p *Provider) get(ctx context.Context, id int) (Record, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
 	defer cancel()
 	return p.repo.Get(ctx, id)
+}
+
+// logSeconds is d as a number of seconds to the millisecond, for log fields
+// named *_seconds (1.519, not 1.5190000000000001).
+func logSeconds(d time.Duration) float64 {
+	return float64(d.Round(time.Millisecond).Milliseconds()) / 1000
 }

@@ -126,7 +126,7 @@ func (p *Provider) handOff(ctx context.Context, logIt bool) (Handoff, error) {
 	}
 	sort.Slice(h.Pending, func(i, j int) bool { return h.Pending[i].Nonce < h.Pending[j].Nonce })
 	if logIt {
-		p.tlog.Info("handed off node id", "valid_for", left.Round(time.Millisecond))
+		p.tlog.Info("handed off node id", "valid_for_seconds", logSeconds(left))
 	}
 	p.emit(Event{Kind: EventHandedOff, Instance: h.Instance})
 	return h, nil

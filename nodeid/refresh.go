@@ -119,7 +119,7 @@ func (p *Provider) decideReadiness(inst NodeInstance, peersKnow bool) {
 		p.tlog.Info("ready: every live peer knows our version")
 	}
 	if failedOpen {
-		p.tlog.Warn("ready by timeout: some peers do not know our version yet", "readiness_timeout", p.cfg.ReadinessTimeout)
+		p.tlog.Warn("ready by timeout: some peers do not know our version yet", "readiness_timeout_seconds", p.cfg.ReadinessTimeout.Seconds())
 	}
 	if becameReady || failedOpen {
 		p.emit(Event{Kind: EventReady, Instance: inst})

@@ -123,6 +123,7 @@ func (p *Provider) renew() (time.Duration, bool) {
 	}
 	ctx, cancel := p.boundedContext(deadline, sent)
 	defer cancel()
+	p.tlog.Debug("renewal sent", "left_seconds", max(deadline.Sub(sent), 0).Seconds())
 	newETag, err := p.repo.Write(ctx, lease, etag)
 	if err == nil {
 		return p.renewed(sent, newETag)
@@ -248,6 +249,7 @@ func (p *Provider) renewed(sent time.Time, etag string) (time.Duration, bool) {
 	p.renewFails = 0
 	inst, deadline := p.instance, p.deadline
 	p.mu.Unlock()
+	p.tlog.Debug("renewal landed", "took_seconds", now.Sub(sent).Seconds(), "left_seconds", deadline.Sub(now).Seconds())
 	p.stats.renewals.Add(1)
 	p.emit(Event{Kind: EventRenewed, Instance: inst, Deadline: deadline, Latency: now.Sub(sent)})
 	return max(sent.Add(p.cfg.RenewInterval).Sub(now), 0), true

@@ -128,10 +128,9 @@ func rulesOf(repo Repository) rules {
 // judge decides whether the lease in rec may be taken, and whether its
 // previous holder stopped gracefully (so its data may be hard-linked). The
 // decision itself is judgeLease's, which status shares (Judge).
-func (p *Provider) judge(ctx context.Context, rec Record, arrived time.Time) (free, graceful bool) {
-	v := judgeLease(p.rules, rec, func() (ClusterMarker, error) { return p.clusterMarker(ctx) },
+func (p *Provider) judge(ctx context.Context, rec Record, arrived time.Time) Verdict {
+	return judgeLease(p.rules, rec, func() (ClusterMarker, error) { return p.clusterMarker(ctx) },
 		p.cfg.LeaseDuration, p.seen.unchangedFor(rec.ID, rec.ETag, arrived))
-	return v.Free, v.Graceful
 }
 
 // Verdict is how a waiting task judges one lease object.

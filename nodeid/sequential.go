@@ -19,6 +19,7 @@ func (p *Provider) trySequential(ctx context.Context) (passResult, error) {
 	if err := p.checkClusterLease(ctx); err != nil {
 		return passResult{}, err
 	}
+	held := 0
 	for _, id := range p.allowedIDs() {
 		rec, err := p.get(ctx, id)
 		arrived := p.cfg.Clock.Now()
@@ -30,11 +31,15 @@ func (p *Provider) trySequential(ctx context.Context) (passResult, error) {
 		}
 		p.seen.see(id, rec.ETag, arrived)
 		p.learn(rec.Lease)
-		if free, graceful := p.judge(ctx, rec, arrived); free {
-			if inst, ok := p.take(ctx, rec, graceful); ok {
-				return passResult{inst: inst, taken: true}, nil
-			}
+		v := p.judge(ctx, rec, arrived)
+		p.logVerdict(rec, v)
+		if !v.Free {
+			held++
+			continue
+		}
+		if inst, ok := p.take(ctx, rec, v.Graceful); ok {
+			return passResult{inst: inst, taken: true}, nil
 		}
 	}
-	return passResult{}, nil
+	return passResult{held: held}, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sort"
 	"time"
@@ -19,7 +20,16 @@ import (
 // ETag are known, and the conditional PUT fails harmlessly if they changed
 // meanwhile.
 func (p *Provider) tryListing(ctx context.Context, listing Listing, created []Record) passResult {
-	for _, slot := range p.candidates(listing, created) {
+	cands := p.candidates(listing, created)
+	// Every allowed ID the listing shows and that is no candidate is held
+	// by the listing alone; candidates judged not free add to it.
+	held := 0
+	for _, id := range p.allowedIDs() {
+		if _, ok := listing.Slot(id); ok && !slices.ContainsFunc(cands, func(c Slot) bool { return c.ID == id }) {
+			held++
+		}
+	}
+	for _, slot := range cands {
 		var rec Record
 		var err error
 		if i := slices.IndexFunc(created, func(r Record) bool { return r.ID == slot.ID && r.ETag == slot.ETag }); i >= 0 && !slot.LastModified.IsZero() {
@@ -37,23 +47,60 @@ func (p *Provider) tryListing(ctx context.Context, listing Listing, created []Re
 			continue
 		}
 		if err != nil {
+			p.log.Debug("candidate skipped: its lease could not be read", "node_id", slot.ID, "err", err)
 			continue
 		}
 		p.seen.see(slot.ID, rec.ETag, arrived)
 		p.learn(rec.Lease)
-		free, graceful := p.judge(ctx, rec, arrived)
-		if !free {
+		v := p.judge(ctx, rec, arrived)
+		p.logVerdict(rec, v)
+		if !v.Free {
+			held++
 			if rec.ETag != slot.ETag {
-				return passResult{stale: true}
+				return passResult{stale: true, held: held}
 			}
 			continue
 		}
-		if inst, ok := p.take(ctx, rec, graceful); ok {
+		if inst, ok := p.take(ctx, rec, v.Graceful); ok {
 			return passResult{inst: inst, taken: true}
 		}
-		return passResult{stale: true}
+		return passResult{stale: true, held: held}
 	}
-	return passResult{}
+	return passResult{held: held}
+}
+
+// logVerdict logs, at debug, how a candidate was judged and why.
+func (p *Provider) logVerdict(rec Record, v Verdict) {
+	if !p.log.Enabled(context.Background(), slog.LevelDebug) {
+		return
+	}
+	l := rec.Lease
+	var why string
+	switch {
+	case !l.Acquirable:
+		why = "marked unusable (scaled down)"
+	case v.NoMarker:
+		why = "the cluster marker could not be read: only a release is free"
+	case v.Free && !v.ByExpiry && l.Forced:
+		why = "released by force: free, not graceful"
+	case v.Free && !v.ByExpiry && l.Instance.Version > 0:
+		why = "released by its holder"
+	case v.Free && !v.ByExpiry:
+		why = "never held, made at the cluster's creation"
+	case v.Free:
+		why = "expired"
+	default:
+		why = "held: not expired"
+	}
+	attrs := []any{"node_id", rec.ID, "free", v.Free, "graceful", v.Graceful, "reason", why,
+		"holder_task", l.TaskID, "holder_version", int64(l.Instance.Version)}
+	if v.ByExpiry {
+		attrs = append(attrs, "lease_seconds", v.Lease.Seconds())
+		if !rec.LastModified.IsZero() && !rec.ServerDate.IsZero() {
+			attrs = append(attrs, "written_ago_seconds", rec.ServerDate.Sub(rec.LastModified).Seconds())
+		}
+	}
+	p.log.Debug("candidate judged", attrs...)
 }
 
 // candidates returns the allowed slots that may be free by the listing alone,
@@ -92,7 +139,16 @@ func (p *Provider) candidates(listing Listing, created []Record) []Slot {
 	}
 	p.shuffle(released)
 	p.shuffle(expired)
-	return append(append(first, released...), expired...)
+	cands := append(append(first, released...), expired...)
+	if p.log.Enabled(context.Background(), slog.LevelDebug) {
+		ids := make([]int, len(cands))
+		for i, c := range cands {
+			ids[i] = c.ID
+		}
+		p.log.Debug("listing read", "objects", len(listing.Slots), "candidates", ids,
+			"reason", "the others are neither released nor expired by the listing")
+	}
+	return cands
 }
 
 func (p *Provider) expiredByListing(s Slot, serverDate, now time.Time) bool {
@@ -205,6 +261,7 @@ func (p *Provider) take(ctx context.Context, rec Record, graceful bool) (NodeIns
 	defer tcancel()
 	p.stats.acquireAttempts.Add(1)
 	p.emit(Event{Kind: EventAcquireAttempt, Instance: inst})
+	p.log.Debug("taking node id", "node_id", inst.ID, "version", int64(inst.Version), "graceful", graceful)
 	wctx, cancel := context.WithTimeout(tctx, p.cfg.RequestTimeout)
 	etag, err := p.repo.Write(wctx, lease, rec.ETag)
 	cancel()

@@ -356,7 +356,7 @@ func describe(line []byte) string {
 		Version    int64  `json:"version"`
 		Reason     string `json:"reason"`
 		Err        string `json:"err"`
-		FromVer    any    `json:"from_version"`
+		FromVer    *int64 `json:"from_version"` // absent when it started empty
 		FilesCopy  int64  `json:"files_copied"`
 		FilesLink  int64  `json:"files_linked"`
 		Graceful   *bool  `json:"previous_graceful"`
@@ -375,7 +375,10 @@ func describe(line []byte) string {
 	case "no node id free, waiting":
 		return "every node ID is held: waiting"
 	case "prepared":
-		return fmt.Sprintf("data directory node-%d/v%d ready (from version %v: %d files copied, %d linked)", *l.NodeID, l.Version, l.FromVer, l.FilesCopy, l.FilesLink)
+		if l.FromVer == nil {
+			return fmt.Sprintf("data directory node-%d/v%d ready (started empty)", *l.NodeID, l.Version)
+		}
+		return fmt.Sprintf("data directory node-%d/v%d ready (from version %d: %d files copied, %d linked)", *l.NodeID, l.Version, *l.FromVer, l.FilesCopy, l.FilesLink)
 	case "lease lost":
 		return fmt.Sprintf("lease lost: %s", l.Reason)
 	case "command killed: lease lost":

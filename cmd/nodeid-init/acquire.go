@@ -93,7 +93,7 @@ func cmdAcquire(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	left := time.Duration(h.ValidUntilBoottimeNs) - boottimeNow()
 	sess.tenureLog(inst).Info("node id acquired and handed off",
-		"env_file", s.envFile, "handoff_file", s.handoffFile, "adopt_within", left.Round(time.Millisecond))
+		"env_file", s.envFile, "handoff_file", s.handoffFile, "adopt_within_seconds", logSeconds(left))
 	return nil
 }
 

@@ -328,15 +328,20 @@ func (s *settings) requireClusterSize() error {
 }
 
 func (s *settings) logger(stderr io.Writer) *slog.Logger {
-	opts := &slog.HandlerOptions{Level: s.logLevel}
-	if s.logFormat == "json" {
-		// Durations as Go duration strings ("1.5s"), not nanoseconds.
-		opts.ReplaceAttr = func(_ []string, a slog.Attr) slog.Attr {
-			if a.Value.Kind() == slog.KindDuration {
-				return slog.String(a.Key, a.Value.Duration().String())
+	// Every duration is a number of seconds under a key that says so
+	// (took_seconds), in both formats: one key, one type, whatever logged
+	// it. Our own lines log them so already; this catches the rest.
+	opts := &slog.HandlerOptions{Level: s.logLevel, ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+		if a.Value.Kind() == slog.KindDuration {
+			key := a.Key
+			if !strings.HasSuffix(key, "_seconds") {
+				key += "_seconds"
 			}
-			return a
+			return slog.Float64(key, a.Value.Duration().Seconds())
 		}
+		return a
+	}}
+	if s.logFormat == "json" {
 		return slog.New(slog.NewJSONHandler(stderr, opts))
 	}
 	return slog.New(slog.NewTextHandler(stderr, opts))

@@ -86,7 +86,7 @@ func (sess *session) abandonOnHang(phase string, cause error) {
 		cancel()
 	}
 	sess.tenureLog(inst).Error("file system hung: lease left to expire, not released; exiting",
-		"phase", phase, "data_root", sess.s.dataRoot, "fs_timeout", sess.s.fsBound(), "err", cause, "exit_code", exitFSHung)
+		"phase", phase, "data_root", sess.s.dataRoot, "fs_timeout_seconds", sess.s.fsBound().Seconds(), "err", cause, "exit_code", exitFSHung)
 	// The log is a queue (logwriter.go): flush it, bounded, or os.Exit
 	// drops the line above. The exit timer still fires at hangExitGrace.
 	sess.logw.Close(time.Second)

@@ -224,6 +224,6 @@ func (sess *session) stopWaiting() {
 	select {
 	case <-done:
 	case <-time.After(sess.s.fsBound()):
-		sess.log.Warn("lease file not written: its file system did not answer", "path", sess.leaseFile, "fs_timeout", sess.s.fsBound())
+		sess.log.Warn("lease file not written: its file system did not answer", "path", sess.leaseFile, "fs_timeout_seconds", sess.s.fsBound().Seconds())
 	}
 }

@@ -444,7 +444,7 @@ func jsonLines(t *testing.T, out string) []map[string]any {
 	return recs
 }
 
-// The log an operator reads: JSON only, durations as strings, a line when
+// The log an operator reads: JSON only, durations as numbers of seconds, a line when
 // renewals recover, a failed command at WARN, the loss once, and no SDK
 // request IDs.
 func TestOperatorLogs(t *testing.T) {
@@ -463,8 +463,8 @@ func TestOperatorLogs(t *testing.T) {
 			warned = true
 		}
 		if rec["msg"] == "acquired node id" {
-			if _, ok := rec["took"].(string); !ok {
-				t.Errorf("took is not a duration string: %v", rec["took"])
+			if _, ok := rec["took_seconds"].(float64); !ok {
+				t.Errorf("took_seconds is not a number: %v", rec)
 			}
 		}
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -98,9 +99,10 @@ func (sess *session) readPeers(ctx context.Context, inst nodeid.NodeInstance) ([
 }
 
 // followPeers keeps the peers metric, and the peers file if path is set,
-// current with the provider's table until the tenure ends or ctx does.
-// last is the table already written. A write that fails is logged and
-// retried with the next change: the child keeps the previous file.
+// current with the provider's table until the tenure ends or ctx does, and
+// renders run's templates again (first, as before the start, so the files
+// agree). last is the table already written. A write that fails is logged
+// and retried with the next change: the child keeps the previous file.
 func (sess *session) followPeers(ctx context.Context, path string, last []nodeid.Peer) {
 	p := sess.provider
 	for {
@@ -113,6 +115,7 @@ func (sess *session) followPeers(ctx context.Context, path string, last []nodeid
 		}
 		if len(peers) > 0 && !slices.Equal(peers, last) {
 			sess.metrics.setPeers(peers)
+			sess.rerender(peers)
 			if path != "" {
 				if err := leasefile.WriteFile(path, peersJSON(peers), 0o644); err != nil {
 					sess.log.Error("cannot update the peers file", "path", path, "err", err)
@@ -130,4 +133,27 @@ func (sess *session) followPeers(ctx context.Context, path string, last []nodeid
 			return
 		}
 	}
+}
+
+// rerender renders run's templates with the peers table peers, writing the
+// destinations whose text changed: a broker that reads its configuration
+// again (or a script waiting for a peer's address) sees the current table.
+// An error is logged and the destinations stay as they were.
+func (sess *session) rerender(peers []nodeid.Peer) {
+	if sess.tmplData == nil || len(sess.s.templates) == 0 {
+		return
+	}
+	data := *sess.tmplData
+	data.Peers = peers
+	out, err := renderTemplates(sess.s.templates, data, sess.tmplOut)
+	if err != nil {
+		sess.log.Error("cannot render the templates again", "err", err)
+		return
+	}
+	for i, t := range sess.s.templates {
+		if !bytes.Equal(out[i], sess.tmplOut[i]) {
+			sess.log.Info("template rendered again", "src", t.src, "dst", t.dst)
+		}
+	}
+	sess.tmplOut = out
 }

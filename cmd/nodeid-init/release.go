@@ -17,11 +17,13 @@ import (
 func cmdRelease(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var nodeArg string
 	var atLeast int64
+	var camundaOK bool
 	s, repo, _, err := adminSession(ctx, "release", args, stdout, stderr, func(fs *flag.FlagSet, s *settings) {
 		fs.StringVar(&nodeArg, "node", "", "node ID to release (required)")
 		fs.BoolVar(&s.force, "force", false, "required: the holder must be known to be dead")
 		fs.Int64Var(&atLeast, "version", 0, "release at this version at least; required when the object is missing or corrupt and no peer knows the version")
 		fs.StringVar(&s.dataRoot, "data-root", "", "shared storage root; refuse a version below the newest valid node-N/vK there")
+		fs.BoolVar(&camundaOK, "camunda-graceful-ok", false, "release although the bucket holds leases in Camunda's format: a Camunda broker that takes the ID reads the forced release as graceful and hard-links the last holder's files")
 		changeFlags(fs, s)
 	})
 	if err != nil {
@@ -81,6 +83,13 @@ func cmdRelease(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return usagef("node %d %s: its last holder may still be valid; add --yes only if it is known to be dead", node, why)
 		}
 	}
+	camunda, err := camundaWritten(ctx, repo)
+	if err != nil {
+		return err
+	}
+	if len(camunda) > 0 && !camundaOK && !s.dryRun {
+		return usagef("the lease set holds leases in Camunda's format (node IDs %v): Camunda brokers may take node %d, and Camunda ignores forced=true, so it would read this release as graceful and hard-link the files of a holder that may still write; nothing was written. Add --camunda-graceful-ok only if no Camunda broker runs on this bucket, or its hard links are acceptable", camunda, node)
+	}
 	if s.dryRun {
 		what := "missing (it would be created)"
 		switch {
@@ -98,6 +107,9 @@ func cmdRelease(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			if why := lastHolderMayBeValid(rec, state, s.leaseDuration, cluster); why != "" {
 				what += fmt.Sprintf("; needs --yes: it %s", why)
 			}
+		}
+		if len(camunda) > 0 && !camundaOK {
+			what += fmt.Sprintf("; needs --camunda-graceful-ok: leases in Camunda's format at node IDs %v", camunda)
 		}
 		fmt.Fprintf(stdout, "dry run: would force-release node %d (%s) at version %d or the highest version a peer knows, if higher\n", node, what, max(atLeast, int64(rec.Lease.Instance.Version)))
 		return nil
@@ -216,4 +228,30 @@ func lastHolderMayBeValid(rec nodeid.Record, state string, own, cluster time.Dur
 		return ""
 	}
 	return fmt.Sprintf("%s, written %v ago by S3's clock, within the longest lease duration known (%v) + 1s", what, rec.ServerDate.Sub(rec.LastModified).Round(time.Second), lease)
+}
+
+// camundaWritten returns the node IDs whose lease objects are in Camunda's
+// format: an empty body (Camunda's bootstrap or release) or a held lease
+// without nodeid's nonce and duration. While there are any, Camunda
+// brokers may share the lease set, and a Camunda broker takes a forced
+// release as graceful (it ignores forced=true) and hard-links everything.
+// One LIST and a GET per object: an admin command's cost.
+func camundaWritten(ctx context.Context, repo *nodeid.S3Repository) ([]int, error) {
+	listing, err := repo.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var ids []int
+	for _, slot := range listing.Slots {
+		rec, err := repo.Get(ctx, slot.ID)
+		switch {
+		case errors.Is(err, nodeid.ErrNotFound), errors.Is(err, nodeid.ErrCorruptLease):
+			continue // nothing Camunda could read as a lease
+		case err != nil:
+			return nil, err
+		case rec.Lease.Legacy || rec.Lease.Foreign():
+			ids = append(ids, slot.ID)
+		}
+	}
+	return ids, nil
 }

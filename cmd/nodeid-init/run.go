@@ -276,7 +276,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		if err == nil {
 			sess.fence.stopped()
-			tlog.Info("processes of the command gone", "killed", n, "took", time.Since(start).Round(time.Millisecond))
+			tlog.Info("processes of the command gone", "killed", n, "took_seconds", logSeconds(time.Since(start)))
 		}
 		return err
 	})
@@ -301,11 +301,11 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 				continue
 			}
 			forwarded = sig.(syscall.Signal)
-			sess.log.Info("forwarding signal to the command", "signal", sig.String(), "stop_timeout", s.stopTimeout)
+			sess.log.Info("forwarding signal to the command", "signal", sig.String(), "stop_timeout_seconds", s.stopTimeout.Seconds())
 			signalCommand(pid, forwarded)
 			killTimer = time.After(s.stopTimeout)
 		case <-killTimer:
-			sess.log.Warn("command did not stop in time, killing it", "stop_timeout", s.stopTimeout)
+			sess.log.Warn("command did not stop in time, killing it", "stop_timeout_seconds", s.stopTimeout.Seconds())
 			killTree(pid)
 			killTimer = nil
 		case <-exited:
@@ -365,9 +365,11 @@ func (sess *session) beforeStart(ctx context.Context, inst nodeid.NodeInstance, 
 	}
 	data := templateData{NodeID: inst.ID, Version: int64(inst.Version), DataDir: dataDir, ClusterSize: sess.cfg.ClusterSize,
 		TaskID: sess.cfg.TaskID, Address: sess.cfg.Address, Peers: peers}
-	if err := renderTemplates(sess.s.templates, data); err != nil {
+	out, err := renderTemplates(sess.s.templates, data, nil)
+	if err != nil {
 		return nil, err
 	}
+	sess.tmplData, sess.tmplOut = &data, out
 	for _, t := range sess.s.templates {
 		sess.log.Info("template rendered", "src", t.src, "dst", t.dst)
 	}
@@ -399,4 +401,10 @@ func isClosed(ch chan struct{}) bool {
 	default:
 		return false
 	}
+}
+
+// logSeconds is d as a number of seconds to the millisecond, for log fields
+// named *_seconds (1.519, not 1.5190000000000001).
+func logSeconds(d time.Duration) float64 {
+	return float64(d.Round(time.Millisecond).Milliseconds()) / 1000
 }

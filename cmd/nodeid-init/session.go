@@ -59,6 +59,12 @@ type session struct {
 	// lease file then says `lost`, and no later event may overwrite it.
 	abandoned bool
 
+	// tmplData is what run rendered the templates with before the command
+	// started, tmplOut what they gave: followPeers renders them again when
+	// the peers change (nil for other commands).
+	tmplData *templateData
+	tmplOut  [][]byte
+
 	// spare is set while the task waits for a node ID (a hot spare), with
 	// or without a lease file: /healthz passes for it, as `health` does
 	// for the `waiting` lease file.

@@ -109,21 +109,27 @@ func checkTemplates(specs []*templateSpec, size int) error {
 }
 
 // renderTemplates executes every template on the real data and replaces each
-// destination atomically. All are executed before any is written, so an
-// execution error leaves every destination as it was.
-func renderTemplates(specs []*templateSpec, data templateData) error {
+// destination atomically, and returns what it rendered. All are executed
+// before any is written, so an execution error leaves every destination as
+// it was. A destination whose text equals its entry in prev (the last
+// rendering) is not written again: a re-rendering after a peer change
+// touches only the files that show peers.
+func renderTemplates(specs []*templateSpec, data templateData, prev [][]byte) ([][]byte, error) {
 	out := make([][]byte, len(specs))
 	for i, t := range specs {
 		var b bytes.Buffer
 		if err := t.tmpl.Execute(&b, data); err != nil {
-			return usagef("template %s: %v", t.src, err)
+			return nil, usagef("template %s: %v", t.src, err)
 		}
 		out[i] = b.Bytes()
 	}
 	for i, t := range specs {
+		if i < len(prev) && bytes.Equal(prev[i], out[i]) {
+			continue
+		}
 		if err := leasefile.WriteFile(t.dst, out[i], 0o644); err != nil {
-			return fmt.Errorf("template %s: write %s: %w", t.src, t.dst, err)
+			return nil, fmt.Errorf("template %s: write %s: %w", t.src, t.dst, err)
 		}
 	}
-	return nil
+	return out, nil
 }

@@ -21,7 +21,7 @@ func TestShquoteInTemplatesIsDataForTheShell(t *testing.T) {
 		t.Fatal(err)
 	}
 	dataDir := dir + `/a b'c"d $(touch PWNED) ` + "`touch PWNED`" + ` ;x\y'/node-0/v1`
-	if err := renderTemplates(specs, templateData{DataDir: dataDir, TaskID: "arn:aws:ecs:eu-west-1:1:task/c/abc"}); err != nil {
+	if _, err := renderTemplates(specs, templateData{DataDir: dataDir, TaskID: "arn:aws:ecs:eu-west-1:1:task/c/abc"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command("sh", "-c", `. ./node.env && printf '%s\n%s\n[%s]' "$DATA_DIR" "$TASK" "$EMPTY"`)

@@ -41,7 +41,7 @@ func TestTemplatesRender(t *testing.T) {
 		{ID: 2, Address: "broker-2.internal", Version: 2, TaskID: "c", State: nodeid.PeerHeld},
 	}
 	data := templateData{NodeID: 1, Version: 1, DataDir: "/data/node-1/v1", ClusterSize: 3, TaskID: "b", Address: "[fd00::1]:9092", Peers: peers}
-	if err := renderTemplates(specs, data); err != nil {
+	if _, err := renderTemplates(specs, data, nil); err != nil {
 		t.Fatal(err)
 	}
 	got, _ := os.ReadFile(dst)
@@ -129,7 +129,7 @@ func TestBadTemplatesAreUsageErrors(t *testing.T) {
 		data := sampleTemplateData(3)
 		data.Peers[2].Address = ""
 		var ue *usageError
-		if err := renderTemplates(specs, data); !errors.As(err, &ue) {
+		if _, err := renderTemplates(specs, data, nil); !errors.As(err, &ue) {
 			t.Fatalf("renderTemplates: %v, want a usage error", err)
 		}
 		for _, p := range []string{ok, bad} {

@@ -26,7 +26,7 @@ func init() {
 		if err != nil {
 			return nil, usagef("invalid NODEID_TEST_CLOCK_OFFSET %q: %v", off, err)
 		}
-		log.Warn("test setting: wall clock offset", "offset", d)
+		log.Warn("test setting: wall clock offset", "offset_seconds", d.Seconds())
 		return clock.WithOffset(clock.Real(), d), nil
 	}
 	testHooks.leaseFileFault = func() error {
