@@ -49,3 +49,20 @@ func TestGracefulLinksOnlyThePredecessorsVersion(t *testing.T) {
 		t.Errorf("v4 from v%d, PredecessorIncomplete %v, %d linked; want v3, every file linked", res.Source, res.PredecessorIncomplete, res.FilesLinked)
 	}
 }
+
+// A first tenure has no predecessor's version to miss: a graceful v1 on an
+// empty node directory is not a rollback, and says nothing about one.
+func TestGracefulFirstTenureReportsNoMissingPredecessor(t *testing.T) {
+	root := t.TempDir()
+	rec := &recorder{}
+	_, res, err := Prepare(t.Context(), root, inst(0, 1), Options{PreviousGraceful: true, Logger: slog.New(rec)})
+	if err != nil {
+		t.Fatalf("Prepare of a first v1: %v", err)
+	}
+	if res.HasSource || res.PredecessorIncomplete {
+		t.Errorf("HasSource %v, PredecessorIncomplete %v; want neither for a first tenure", res.HasSource, res.PredecessorIncomplete)
+	}
+	if rec.has("the graceful predecessor's version is not complete: the source is prepared as after an ungraceful takeover") {
+		t.Error("a first tenure was logged as a rollback past its predecessor's version")
+	}
+}

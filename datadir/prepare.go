@@ -226,7 +226,10 @@ func prepare(ctx context.Context, root string, inst node.Instance, opts Options,
 	// source's holder may be a stale one still writing it. Building from
 	// the newest complete version is still the rule (the node must
 	// start), but as after an ungraceful takeover.
-	if cfg.graceful && inst.Version > 0 && (p.source.dir == nil || p.source.v != inst.Version-1) {
+	// A first tenure (v1) without a source has no predecessor to miss:
+	// v0 is a lease that was never held, with no directory.
+	firstTenure := inst.Version == 1 && p.source.dir == nil
+	if cfg.graceful && inst.Version > 0 && !firstTenure && (p.source.dir == nil || p.source.v != inst.Version-1) {
 		cfg.graceful, cfg.verifyContent = false, true
 		res.PredecessorIncomplete = true
 		// No source: the field is left out, so it is a number wherever
