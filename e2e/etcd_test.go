@@ -166,19 +166,23 @@ func (e *etcd) identity(ctx context.Context) (string, error) {
 // etcdctl.
 func (e *etcd) writer(ctx context.Context, dir string) *writer {
 	ctx, cancel := context.WithCancel(ctx)
-	wr := &writer{stop: cancel, done: make(chan struct{}), start: time.Now()}
+	wr := &writer{stop: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(wr.done)
 		for i := 0; ; i++ {
 			k := fmt.Sprintf("%s/w%05d", dir, i)
 			if _, err := e.ctl(ctx, nil, "", "put", k, valueOf(k)); err == nil {
-				wr.acks, wr.keys = append(wr.acks, time.Now()), append(wr.keys, k)
+				wr.ack(k)
 			} else if ctx.Err() == nil {
+				wr.mu.Lock()
 				wr.failed++
+				wr.mu.Unlock()
 			}
 			select {
 			case <-ctx.Done():
+				wr.mu.Lock()
 				wr.end = time.Now()
+				wr.mu.Unlock()
 				return
 			case <-time.After(200 * time.Millisecond):
 			}

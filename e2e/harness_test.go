@@ -41,7 +41,8 @@ const (
 // (the "EFS"), and the tasks, each `nodeid-init run -- sh RECIPE` behind
 // its own fault proxy, as ECS would run them.
 type world struct {
-	t      *testing.T
+	top    *testing.T // the test that owns the world: its cleanup
+	t      *testing.T // the (sub)test running now
 	srv    *s3test.Server
 	repo   *nodeid.S3Repository
 	s3     *s3.Client
@@ -59,7 +60,7 @@ type world struct {
 
 func newWorld(t *testing.T, recipe, exe string, env func(tk *task) []string) *world {
 	srv := s3test.StartVersity(t)
-	w := &world{t: t, srv: srv, s3: srv.Client(t), dir: t.TempDir(), exe: exe, env: env,
+	w := &world{top: t, t: t, srv: srv, s3: srv.Client(t), dir: t.TempDir(), exe: exe, env: env,
 		id: fmt.Sprintf("%s-%d", filepath.Base(recipe), time.Now().UnixNano())}
 	w.root = filepath.Join(w.dir, "data")
 	if err := os.Mkdir(w.root, 0o755); err != nil {
@@ -180,9 +181,9 @@ func (w *world) stopAll() {
 			<-tk.done
 		}
 	}
-	if w.t.Failed() {
+	if w.top.Failed() {
 		for _, tk := range tasks {
-			w.t.Logf("--- %s (exit %d), last lines of its log:\n%s", tk.name, tk.code, tail(tk.logPath, 30))
+			w.top.Logf("--- %s (exit %d), last lines of its log:\n%s", tk.name, tk.code, tail(tk.logPath, 30))
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -45,19 +46,39 @@ func valueOf(k string) string {
 // writer is a client writing one key at a time; acks are the keys the
 // system confirmed, with when.
 type writer struct {
-	stop   func()
-	done   chan struct{}
-	start  time.Time
+	stop func()
+	done chan struct{}
+
+	mu     sync.Mutex
 	end    time.Time
 	acks   []time.Time
 	keys   []string
 	failed int
 }
 
-// maxGap is the longest time without a confirmed write while it ran.
+func (wr *writer) ack(k string) {
+	wr.mu.Lock()
+	defer wr.mu.Unlock()
+	wr.acks, wr.keys = append(wr.acks, time.Now()), append(wr.keys, k)
+}
+
+func (wr *writer) confirmed() int {
+	wr.mu.Lock()
+	defer wr.mu.Unlock()
+	return len(wr.acks)
+}
+
+// maxGap is the longest time without a confirmed write, from the first
+// confirmed write (the client's own start-up is not the cluster's) to the
+// end.
 func (wr *writer) maxGap() time.Duration {
-	last, gap := wr.start, time.Duration(0)
-	for _, at := range append(append([]time.Time(nil), wr.acks...), wr.end) {
+	wr.mu.Lock()
+	defer wr.mu.Unlock()
+	if len(wr.acks) == 0 {
+		return 0
+	}
+	last, gap := wr.acks[0], time.Duration(0)
+	for _, at := range append(append([]time.Time(nil), wr.acks[1:]...), wr.end) {
 		gap = max(gap, at.Sub(last))
 		last = at
 	}
@@ -106,7 +127,9 @@ func runScenarios(t *testing.T, w *world, sys system) {
 		{"5_s3_blackhole", s.blackhole},
 	}
 	for _, st := range steps {
-		if !t.Run(st.name, func(t *testing.T) { s.t = t; st.f(t) }) {
+		ok := t.Run(st.name, func(t *testing.T) { s.t, w.t = t, t; st.f(t) })
+		s.t, w.t = t, t
+		if !ok {
 			return
 		}
 	}
@@ -310,6 +333,7 @@ func (s *suite) rolling(t *testing.T) {
 	ctx, cancel := s.ctx()
 	defer cancel()
 	wr := s.sys.writer(ctx, rollDir)
+	s.w.waitFor(60*time.Second, "the client's first confirmed write", func() bool { return wr.confirmed() > 0 })
 	var longest time.Duration
 	for id := range clusterSize {
 		old := s.w.holder(id)
