@@ -20,8 +20,9 @@ type system interface {
 	healthy(ctx context.Context, id int) error
 	// put writes the keys through member id.
 	put(ctx context.Context, id int, kvs []kv) error
-	// get returns every key below dir with its value.
-	get(ctx context.Context, dir string) (map[string]string, error)
+	// get returns every key below dir with its value, as member id's own
+	// store holds them (a local read, not through the quorum).
+	get(ctx context.Context, id int, dir string) (map[string]string, error)
 	// identity is the cluster's own list of its members; it must not
 	// change when a member moves to another task.
 	identity(ctx context.Context) (string, error)
@@ -151,54 +152,70 @@ func (s *suite) waitHealthy(id int, timeout time.Duration) {
 	})
 }
 
-// check reads every key back: the 1,000 of the bootstrap (exactly those,
-// with their values), the writes after each scenario, the writes the
-// rolling deploy's client had confirmed. It returns how many it checked.
-func (s *suite) check() int {
+// check reads every key back from member id's own store: the 1,000 of the
+// bootstrap (exactly those, with their values), the writes after each
+// scenario, the writes the rolling deploy's client had confirmed. It
+// returns how many it checked. A member may apply the latest writes a
+// moment after the quorum: it reads again, up to three times.
+func (s *suite) check(id int) int {
 	s.t.Helper()
+	var problems []string
+	for attempt := range 3 {
+		if attempt > 0 {
+			time.Sleep(time.Second)
+		}
+		var n int
+		if n, problems = s.verify(id); len(problems) == 0 {
+			return n
+		}
+	}
+	if len(problems) > 5 {
+		problems = append(problems[:5], fmt.Sprintf("and %d more", len(problems)-5))
+	}
+	s.t.Fatalf("member %d: %s", id, strings.Join(problems, "; "))
+	return 0
+}
+
+func (s *suite) verify(id int) (int, []string) {
 	ctx, cancel := s.ctx()
 	defer cancel()
+	var problems []string
 	n := 0
-	got, err := s.sys.get(ctx, keysDir)
-	if err != nil {
-		s.t.Fatalf("read %s: %v", keysDir, err)
+	read := func(dir string) map[string]string {
+		got, err := s.sys.get(ctx, id, dir)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("read %s: %v", dir, err))
+		}
+		return got
 	}
+	got := read(keysDir)
 	if len(got) != bootKeys {
-		s.t.Errorf("%s holds %d keys, want %d", keysDir, len(got), bootKeys)
+		problems = append(problems, fmt.Sprintf("%s holds %d keys, want %d", keysDir, len(got), bootKeys))
 	}
 	for i := range bootKeys {
 		k := keysDir + "/" + keyName(i)
 		if got[k] != valueOf(k) {
-			s.t.Errorf("%s = %q, want %q", k, got[k], valueOf(k))
+			problems = append(problems, fmt.Sprintf("%s = %q, want %q", k, got[k], valueOf(k)))
 		}
 		n++
 	}
-	after, err := s.sys.get(ctx, afterDir)
-	if err != nil {
-		s.t.Fatalf("read %s: %v", afterDir, err)
-	}
+	after := read(afterDir)
 	for _, e := range s.after {
 		if after[e.key] != e.value {
-			s.t.Errorf("%s = %q, want %q", e.key, after[e.key], e.value)
+			problems = append(problems, fmt.Sprintf("%s = %q, want %q", e.key, after[e.key], e.value))
 		}
 		n++
 	}
 	if len(s.rolled) > 0 {
-		rolled, err := s.sys.get(ctx, rollDir)
-		if err != nil {
-			s.t.Fatalf("read %s: %v", rollDir, err)
-		}
+		rolled := read(rollDir)
 		for _, k := range s.rolled {
 			if rolled[k] != valueOf(k) {
-				s.t.Errorf("confirmed write %s lost: %q", k, rolled[k])
+				problems = append(problems, fmt.Sprintf("confirmed write %s lost: %q", k, rolled[k]))
 			}
 			n++
 		}
 	}
-	if s.t.Failed() {
-		s.t.FailNow()
-	}
-	return n
+	return n, problems
 }
 
 // writeAfter writes one key through member id: writes go on.
@@ -254,7 +271,7 @@ func (s *suite) bootstrap(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("members: %s", s.ident)
-	s.rows = append(s.rows, row{scenario: "1 bootstrap", member: -1, versions: "v1 x3", data: "empty", healthy: healthy, keys: s.check()})
+	s.rows = append(s.rows, row{scenario: "1 bootstrap", member: -1, versions: "v1 x3", data: "empty", healthy: healthy, keys: s.check(0)})
 }
 
 // dataNote says how the successor's data directory was made.
@@ -325,7 +342,7 @@ func (s *suite) crash(t *testing.T) {
 		old.name, te.version, succ.name, id, ste.version, gone.Round(time.Millisecond), healthy.Round(time.Millisecond))
 	s.sameIdentity()
 	s.writeAfter(id)
-	s.rows = append(s.rows, row{"2 crash (kill -9)", id, fmt.Sprintf("v%d->v%d", te.version, ste.version), dataNote(ste), gone, healthy, s.check()})
+	s.rows = append(s.rows, row{"2 crash (kill -9)", id, fmt.Sprintf("v%d->v%d", te.version, ste.version), dataNote(ste), gone, healthy, s.check(id)})
 	s.w.spare() // ECS replaces the task: the next spare
 }
 
@@ -373,7 +390,9 @@ func (s *suite) rolling(t *testing.T) {
 	}
 	s.sameIdentity()
 	s.writeAfter(0)
-	s.rows[len(s.rows)-1].keys = s.check()
+	for id := range clusterSize { // every member was replaced
+		s.rows[len(s.rows)-1].keys = s.check(id)
+	}
 }
 
 func (s *suite) overwrite(t *testing.T) {
@@ -405,7 +424,7 @@ func (s *suite) overwrite(t *testing.T) {
 	s.sameIdentity()
 	pw.finish(t)
 	s.writeAfter(id)
-	s.rows = append(s.rows, row{"4 lease overwrite", id, fmt.Sprintf("v%d->v%d", te.version, ste.version), dataNote(ste), gone, healthy, s.check()})
+	s.rows = append(s.rows, row{"4 lease overwrite", id, fmt.Sprintf("v%d->v%d", te.version, ste.version), dataNote(ste), gone, healthy, s.check(id)})
 	s.w.spare()
 }
 
@@ -444,7 +463,7 @@ func (s *suite) blackhole(t *testing.T) {
 	s.sameIdentity()
 	pw.finish(t)
 	s.writeAfter(id)
-	s.rows = append(s.rows, row{"5 S3 blackhole", id, fmt.Sprintf("v%d->v%d", te.version, ste.version), dataNote(ste), gone, healthy, s.check()})
+	s.rows = append(s.rows, row{"5 S3 blackhole", id, fmt.Sprintf("v%d->v%d", te.version, ste.version), dataNote(ste), gone, healthy, s.check(id)})
 }
 
 // report logs the recovery table, one line per scenario.

@@ -152,9 +152,11 @@ func parentOf(p string) string {
 var zkList = regexp.MustCompile(`(?m)^\[(.*)\]$`)
 
 // get lists dir's children, then reads each in one zkCli.sh session: a
-// value line or "Node does not exist" per get, in order.
-func (z *zooKeeper) get(ctx context.Context, dir string) (map[string]string, error) {
-	out, err := z.cli(ctx, nil, []string{"ls " + dir})
+// value line or "Node does not exist" per get, in order. A ZooKeeper
+// server answers reads from its own copy.
+func (z *zooKeeper) get(ctx context.Context, id int, dir string) (map[string]string, error) {
+	server := []string{z.clients[id]}
+	out, err := z.cli(ctx, server, []string{"ls " + dir})
 	got := map[string]string{}
 	if err != nil {
 		return nil, err
@@ -174,7 +176,7 @@ func (z *zooKeeper) get(ctx context.Context, dir string) (map[string]string, err
 		keys = append(keys, dir+"/"+name)
 		cmds = append(cmds, "get "+dir+"/"+name)
 	}
-	out, err = z.cli(ctx, nil, cmds)
+	out, err = z.cli(ctx, server, cmds)
 	if err != nil {
 		return nil, err
 	}
