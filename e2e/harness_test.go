@@ -181,6 +181,14 @@ func (w *world) stopAll() {
 			<-tk.done
 		}
 	}
+	// A member that outlived its task would run unsupervised: kill it, and
+	// say so.
+	for id, pids := range w.members() {
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			w.top.Errorf("member %d (pid %d) outlived every task", id, pid)
+		}
+	}
 	if w.top.Failed() {
 		for _, tk := range tasks {
 			w.top.Logf("--- %s (exit %d), last lines of its log:\n%s", tk.name, tk.code, tail(tk.logPath, 30))

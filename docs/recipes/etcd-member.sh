@@ -23,7 +23,7 @@ fi
 # etcd ignores the --initial-cluster* flags.
 if [ -d "$NODE_DATA_DIR/member" ]; then state=existing; else state=new; fi
 echo "etcd-member.sh: $name version $NODE_VERSION previous_graceful=$NODE_PREVIOUS_GRACEFUL initial-cluster-state=$state" >&2
-# exec: etcd is the process nodeid-init supervises (and SIGKILLs on a loss).
+# exec: etcd itself becomes run's command, so a lost lease SIGKILLs it at once.
 exec etcd --name "$name" --data-dir "$NODE_DATA_DIR" \
 	--listen-peer-urls "$peer" --initial-advertise-peer-urls "$peer" \
 	--listen-client-urls "$client" --advertise-client-urls "$client" \

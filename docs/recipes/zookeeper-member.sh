@@ -19,7 +19,10 @@ mkdir -p "$ZK_CONF_DIR"
 # tenure of the ID. An empty data directory (the ID's first tenure) is a new
 # server; after a takeover the last version's version-2/ is there and the
 # server rejoins from it.
-echo "$NODE_ID" >"$NODE_DATA_DIR/myid"
+# By rename: after a graceful stop the file is a hard link to the previous
+# version's, which must not be written through.
+echo "$NODE_ID" >"$NODE_DATA_DIR/myid.tmp"
+mv "$NODE_DATA_DIR/myid.tmp" "$NODE_DATA_DIR/myid"
 conf="$ZK_CONF_DIR/zoo.cfg"
 {
 	echo "# rendered by zookeeper-member.sh: node $NODE_ID version $NODE_VERSION"
@@ -37,7 +40,7 @@ conf="$ZK_CONF_DIR/zoo.cfg"
 } >"$conf.tmp"
 mv "$conf.tmp" "$conf"
 echo "zookeeper-member.sh: myid $NODE_ID version $NODE_VERSION previous_graceful=$NODE_PREVIOUS_GRACEFUL" >&2
-# exec: the JVM is the process nodeid-init supervises (and SIGKILLs on a loss).
+# exec: the JVM itself becomes run's command, so a lost lease SIGKILLs it at once.
 # shellcheck disable=SC2086
 exec java ${ZK_JVMFLAGS:-} -cp "${ZK_CLASSPATH:-/etc/zookeeper/conf:/usr/share/java/zookeeper.jar}" \
 	org.apache.zookeeper.server.quorum.QuorumPeerMain "$conf"
