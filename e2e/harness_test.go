@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -334,7 +335,8 @@ func (w *world) overwrite(id int, v int64) {
 }
 
 // members returns the pids of this world's member processes by node ID,
-// read from /proc: the program w.exe with NODE_ID in its environment.
+// read from /proc: the program w.exe, as the member its command line
+// names (etcd's --name node-N) or else NODE_ID in its environment.
 func (w *world) members() map[int][]int {
 	out := map[int][]int{}
 	ents, _ := os.ReadDir("/proc")
@@ -363,6 +365,17 @@ func (w *world) members() map[int][]int {
 			if v, ok := bytes.CutPrefix(kv, []byte("NODE_ID=")); ok {
 				if n, err := strconv.Atoi(string(v)); err == nil {
 					id = n
+				}
+			}
+		}
+		// etcd names its member on the command line (--name node-N): that
+		// name, not the environment, is the member it runs as.
+		argv := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+		if i := slices.Index(argv, "--name"); i >= 0 && i+1 < len(argv) {
+			id = -1
+			if n, ok := strings.CutPrefix(argv[i+1], "node-"); ok {
+				if v, err := strconv.Atoi(n); err == nil {
+					id = v
 				}
 			}
 		}
@@ -407,10 +420,13 @@ func (pw *procWatch) finish(t *testing.T) {
 	t.Helper()
 	close(pw.stop)
 	<-pw.done
-	for id, n := range pw.most {
-		if n > 1 {
+	for id := range clusterSize {
+		switch n := pw.most[id]; {
+		case n == 0: // the check would pass on a /proc it cannot read
+			t.Errorf("/proc: member %d never seen in %d samples", id, pw.samples)
+		case n > 1:
 			t.Errorf("/proc: %d processes ran as member %d at once", n, id)
 		}
 	}
-	t.Logf("/proc sampled %d times every 20 ms: at most one process per member", pw.samples)
+	t.Logf("/proc sampled %d times every 20 ms: at most %v processes per member", pw.samples, pw.most)
 }
