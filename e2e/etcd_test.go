@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"sort"
 	"strings"
@@ -80,7 +81,7 @@ func (e *etcd) ctl(ctx context.Context, endpoints []string, stdin string, args .
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "etcdctl", append([]string{"--endpoints=" + strings.Join(endpoints, ","),
 		"--dial-timeout=2s", "--command-timeout=5s"}, args...)...)
-	cmd.Env = []string{"ETCDCTL_API=3", "PATH=/usr/bin:/bin"}
+	cmd.Env = []string{"ETCDCTL_API=3", "PATH=" + os.Getenv("PATH")}
 	cmd.Stdin = strings.NewReader(stdin)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
