@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nodeid/nodeid/internal/faultproxy"
+	"github.com/nodeid/nodeid/internal/poll"
 )
 
 // system is a real clustered store, checked with its own clients.
@@ -146,10 +147,12 @@ func (s *suite) waitHealthy(id int, timeout time.Duration) {
 	ctx, cancel := s.ctx()
 	defer cancel()
 	var last error
-	s.w.waitFor(timeout, fmt.Sprintf("member %d healthy (last: %v)", id, &last), func() bool {
+	if err := poll.Until(ctx, timeout, 200*time.Millisecond, fmt.Sprintf("member %d healthy", id), func() bool {
 		last = s.sys.healthy(ctx, id)
 		return last == nil
-	})
+	}); err != nil {
+		s.t.Fatalf("%v; last answer: %v", err, last)
+	}
 }
 
 // check reads every key back from member id's own store: the 1,000 of the
