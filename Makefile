@@ -61,7 +61,7 @@ demo:
 
 ## demo-etcd: a real 3-member etcd cluster and a spare under nodeid-init, with
 ## docs/recipes/etcd-member.sh, on the demo's embedded S3 server: a kill -9 and a
-## SIGTERM, each member back with its data; ends by itself in ~30 s. Needs the
+## SIGTERM, each member back with its data; ends by itself in ~20 s. Needs the
 ## Debian packages etcd-server and etcd-client (make test-tools installs them)
 demo-etcd:
 	$(BUILD) bin/nodeid-init
