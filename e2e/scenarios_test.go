@@ -252,7 +252,9 @@ func (s *suite) bootstrap(t *testing.T) {
 		s.w.start()
 	}
 	for id := range clusterSize {
-		s.w.holder(id)
+		if te, _ := s.w.holder(id).tenure(); te.version != 1 || fmt.Sprint(te.prepared.FromVersion) != "none" {
+			t.Errorf("node %d starts at version %d from %v, want version 1 from an empty directory", id, te.version, te.prepared.FromVersion)
+		}
 	}
 	s.w.spare()
 	for id := range clusterSize {
@@ -270,8 +272,11 @@ func (s *suite) bootstrap(t *testing.T) {
 		t.Fatalf("write %d keys: %v", bootKeys, err)
 	}
 	var err error
-	if s.ident, err = s.sys.identity(ctx); err != nil {
-		t.Fatal(err)
+	if perr := poll.Until(ctx, 30*time.Second, 200*time.Millisecond, "the cluster's member list", func() bool {
+		s.ident, err = s.sys.identity(ctx)
+		return err == nil
+	}); perr != nil {
+		t.Fatalf("%v: %v", perr, err)
 	}
 	t.Logf("members: %s", s.ident)
 	s.rows = append(s.rows, row{scenario: "1 bootstrap", member: -1, versions: "v1 x3", data: "empty", healthy: healthy, keys: s.check(0)})
