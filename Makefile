@@ -20,7 +20,7 @@ BUILD := GO=$(GO) VERSION=$(VERSION) COMMIT=$(COMMIT) scripts/build.sh
 DIST ?= dist
 RELEASE_ARCHES ?= amd64 arm64
 
-.PHONY: all build release image demo test test-short stress mutants lint versitygw test-tools bench bench-datadir bench-efs-handover chaos clean sim sim-teeth fuzz docs-check
+.PHONY: all build release image demo demo-etcd test test-short stress mutants lint versitygw test-tools bench bench-datadir bench-efs-handover chaos clean sim sim-teeth fuzz docs-check
 
 ## all (the default): build only; nothing installed (make test installs what tests need)
 all: build
@@ -59,6 +59,14 @@ demo:
 	$(BUILD) bin/nodeid-init
 	$(GO) run ./cmd/nodeid-demo -nodeid-init bin/nodeid-init
 
+## demo-etcd: a real 3-member etcd cluster and a spare under nodeid-init, with
+## docs/recipes/etcd-member.sh, on the demo's embedded S3 server: a kill -9 and a
+## SIGTERM, each member back with its data; ends by itself in ~20 s. Needs the
+## Debian packages etcd-server and etcd-client (make test-tools installs them)
+demo-etcd:
+	$(BUILD) bin/nodeid-init
+	$(GO) run ./cmd/nodeid-demo -etcd -nodeid-init bin/nodeid-init
+
 ## versitygw: install the S3-compatible server the integration tests run against
 versitygw:
 	@if ! command -v versitygw >/dev/null 2>&1 && [ ! -x "$(GOBIN)/versitygw" ]; then \
@@ -67,13 +75,18 @@ versitygw:
 
 ## test-tools: Debian packages some tests need, installed when missing (root):
 ## strace (a datadir crash test stops Prepare at an exact system call), javac and
-## the Jackson jars (internal/camunda checks Camunda's reading rules with the real parser)
+## the Jackson jars (internal/camunda checks Camunda's reading rules with the real parser),
+## etcd, etcdctl and ZooKeeper (e2e/ runs real clusters under nodeid-init; docs/recipes.md)
 test-tools:
 	@missing=""; command -v strace >/dev/null 2>&1 || missing="$$missing strace"; \
 	{ command -v javac >/dev/null 2>&1 && [ -f /usr/share/java/jackson-databind.jar ]; } || missing="$$missing default-jdk-headless libjackson2-databind-java"; \
+	command -v etcd >/dev/null 2>&1 || missing="$$missing etcd-server"; \
+	command -v etcdctl >/dev/null 2>&1 || missing="$$missing etcd-client"; \
+	[ -x /usr/share/zookeeper/bin/zkCli.sh ] && [ -f /usr/share/java/zookeeper.jar ] || missing="$$missing zookeeper"; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" != 0 ]; then echo "make test needs the Debian packages:$$missing (run as root, or install them)"; exit 1; fi; \
-		echo "installing$$missing"; apt-get update -qq && apt-get install -y -qq $$missing; fi
+		echo "installing$$missing"; apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; fi
 
 ## test: every test, with the race detector, unit tests on gofakes3 and
 ## integration tests on a real VersityGW started by the tests on loopback

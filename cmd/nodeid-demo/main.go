@@ -5,6 +5,7 @@
 // itself and exits 0 when the cluster healed as it should.
 //
 //	make demo        (or: go run ./cmd/nodeid-demo -nodeid-init bin/nodeid-init)
+//	make demo-etcd   (the same with a real etcd cluster: -etcd; see docs/recipes.md)
 package main
 
 import (
@@ -48,8 +49,14 @@ func main() {
 	}
 	bin := flag.String("nodeid-init", "", "path of the nodeid-init binary (default: build it)")
 	keep := flag.Bool("keep", false, "keep the data directory for inspection")
+	etcd := flag.Bool("etcd", false, "run a real etcd cluster (make demo-etcd) instead of the toy broker")
+	recipe := flag.String("recipe", "docs/recipes/etcd-member.sh", "with -etcd: the member script")
 	flag.Parse()
-	if err := demo(*bin, *keep); err != nil {
+	run := func() error { return demo(*bin, *keep) }
+	if *etcd {
+		run = func() error { return demoEtcd(*bin, *recipe, *keep) }
+	}
+	if err := run(); err != nil {
 		fmt.Fprintf(os.Stderr, "demo failed: %v\n", err)
 		os.Exit(1)
 	}
@@ -181,7 +188,7 @@ func demo(bin string, keep bool) error {
 	}
 	defer stopAll()
 	for _, name := range []string{"task-a", "task-b", "task-c", "spare"} {
-		tk, err := startTask(bin, self, name, env, tl)
+		tk, err := startTask(bin, name, env, tl, "broker", nil, self, "broker")
 		if err != nil {
 			return err
 		}
@@ -313,10 +320,11 @@ func lines(path string) []string {
 	return strings.Split(strings.TrimRight(string(b), "\n"), "\n")
 }
 
-// startTask runs `nodeid-init run -- nodeid-demo broker` and turns its JSON
-// log lines into timeline entries.
-func startTask(bin, self, name string, env []string, tl *timeline) (*task, error) {
-	cmd := exec.Command(bin, "run", "--", self, "broker")
+// startTask runs `nodeid-init run -- CMD...` (the toy broker: nodeid-demo
+// broker) and turns its JSON log lines into timeline entries; noun names
+// what CMD is; CMD's own lines are shown when show is nil or says so.
+func startTask(bin, name string, env []string, tl *timeline, noun string, show func(string) bool, command ...string) (*task, error) {
+	cmd := exec.Command(bin, append([]string{"run", "--"}, command...)...)
 	cmd.Env = append(append([]string{}, env...), "NODEID_TASK_ID="+name,
 		"NODEID_LEASE_FILE="+filepath.Join(os.TempDir(), fmt.Sprintf("nodeid-demo-%s-%d.json", name, os.Getpid())))
 	stderr, err := cmd.StderrPipe()
@@ -332,7 +340,7 @@ func startTask(bin, self, name string, env []string, tl *timeline) (*task, error
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
-			if text := describe(sc.Bytes()); text != "" {
+			if text, own := describe(sc.Bytes(), noun); text != "" && (!own || show == nil || show(text)) {
 				tl.add(name, text)
 			}
 		}
@@ -348,8 +356,9 @@ func startTask(bin, self, name string, env []string, tl *timeline) (*task, error
 	return tk, nil
 }
 
-// describe turns a supervisor's log line into a timeline entry.
-func describe(line []byte) string {
+// describe turns a supervisor's log line into a timeline entry; own says
+// the line is not the supervisor's.
+func describe(line []byte, noun string) (text string, own bool) {
 	var l struct {
 		Msg        string `json:"msg"`
 		NodeID     *int   `json:"node_id"`
@@ -362,8 +371,8 @@ func describe(line []byte) string {
 		Graceful   *bool  `json:"previous_graceful"`
 		ClusterSiz int    `json:"cluster_size"`
 	}
-	if json.Unmarshal(line, &l) != nil {
-		return strings.TrimSpace(string(line)) // the toy broker's own words
+	if json.Unmarshal(line, &l) != nil || l.Msg == "" {
+		return strings.TrimSpace(string(line)), true // the broker's own words
 	}
 	switch l.Msg {
 	case "acquired node id":
@@ -371,24 +380,24 @@ func describe(line []byte) string {
 		if l.Graceful != nil && !*l.Graceful {
 			how = "taken over after expiry"
 		}
-		return fmt.Sprintf("acquired node %d version %d (%s)", *l.NodeID, l.Version, how)
+		return fmt.Sprintf("acquired node %d version %d (%s)", *l.NodeID, l.Version, how), false
 	case "no node id free, waiting":
-		return "every node ID is held: waiting"
+		return "every node ID is held: waiting", false
 	case "prepared":
 		if l.FromVer == nil {
-			return fmt.Sprintf("data directory node-%d/v%d ready (started empty)", *l.NodeID, l.Version)
+			return fmt.Sprintf("data directory node-%d/v%d ready (started empty)", *l.NodeID, l.Version), false
 		}
-		return fmt.Sprintf("data directory node-%d/v%d ready (from version %d: %d files copied, %d linked)", *l.NodeID, l.Version, *l.FromVer, l.FilesCopy, l.FilesLink)
+		return fmt.Sprintf("data directory node-%d/v%d ready (from version %d: %d files copied, %d linked)", *l.NodeID, l.Version, *l.FromVer, l.FilesCopy, l.FilesLink), false
 	case "lease lost":
-		return fmt.Sprintf("lease lost: %s", l.Reason)
+		return fmt.Sprintf("lease lost: %s", l.Reason), false
 	case "command killed: lease lost":
-		return "broker killed (SIGKILL); exiting with code 3"
+		return noun + " killed (SIGKILL); exiting with code 3", false
 	case "released node id":
-		return fmt.Sprintf("released node %d version %d", *l.NodeID, l.Version)
+		return fmt.Sprintf("released node %d version %d", *l.NodeID, l.Version), false
 	case "command started":
-		return "broker started"
+		return noun + " started", false
 	}
-	return ""
+	return "", false
 }
 
 func status(bin string, env []string) error {
