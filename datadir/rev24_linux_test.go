@@ -2,11 +2,10 @@ package datadir
 
 import (
 	"context"
-		"os"
+	"os"
 	"path/filepath"
 	"syscall"
 	"testing"
-
 )
 
 // Review r24, invariant 5 (nothing under the data root trusted) and the
@@ -73,4 +72,3 @@ func must[T any](v T, err error) T {
 	}
 	return v
 }
-
