@@ -2,6 +2,7 @@ package datadir
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -44,23 +45,36 @@ func TestRev24PlantedSymlinkUnderASkippedNameFailsValidation(t *testing.T) {
 		}, "fifo"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			root := t.TempDir()
-			src := makeVersion(t, root, 0, 1, map[string]string{"a": "alpha", "p/1/x": "x"}, 1)
-			tc.setup(t, src)
 			// A tenant with our uid plants a symlink out of the data root
 			// in the target, under the name the source holds but the copy
-			// leaves out.
-			setHook(t, &testHookBeforeValidate, func(dir string) {
-				if err := os.Symlink(outside, filepath.Join(dir, tc.plant)); err != nil {
-					t.Error(err)
-				}
-			})
-			opts := tc.opts
-			opts.Logger = quiet
-			dir, _, err := Prepare(context.Background(), root, inst(0, 2), opts)
-			if err == nil {
-				got, _ := os.Readlink(filepath.Join(dir, tc.plant))
-				t.Errorf("Prepare succeeded with %s -> %q in v2, an entry it did not make (a symlink out of the data root); want ErrValidation", tc.plant, got)
+			// leaves out: before validation, or after it (the recheck
+			// before the marker is put in place).
+			for _, when := range []struct {
+				name string
+				hook *func(string)
+			}{{"before validation", &testHookBeforeValidate}, {"after validation", &testHookAfterMarker}} {
+				t.Run(when.name, func(t *testing.T) {
+					root := t.TempDir()
+					src := makeVersion(t, root, 0, 1, map[string]string{"a": "alpha", "p/1/x": "x"}, 1)
+					tc.setup(t, src)
+					setHook(t, when.hook, func(dir string) {
+						if err := os.Symlink(outside, filepath.Join(dir, tc.plant)); err != nil {
+							t.Error(err)
+						}
+					})
+					opts := tc.opts
+					opts.Logger = quiet
+					dir, _, err := Prepare(context.Background(), root, inst(0, 2), opts)
+					if err == nil {
+						got, _ := os.Readlink(filepath.Join(dir, tc.plant))
+						t.Errorf("Prepare succeeded with %s -> %q in v2, an entry it did not make (a symlink out of the data root); want ErrValidation", tc.plant, got)
+					} else if !errors.Is(err, ErrValidation) {
+						t.Errorf("Prepare: %v; want ErrValidation", err)
+					}
+					if _, err := os.Stat(filepath.Join(dir, MarkerName)); err == nil {
+						t.Errorf("v2 has a marker after a failed validation")
+					}
+				})
 			}
 		})
 	}
