@@ -2,7 +2,9 @@ package datadir
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -42,7 +44,20 @@ import (
 //     (keep 2: v4, v2) deletes v1, the last complete copy of node 0's data.
 //
 // Want: v4 built from v1 (or refused), v1 kept. Got: see the failure.
+//
+// Fixed: the removal claims the leftover (renames its in-progress file),
+// renames the directory out of the versions, and removes the name aside
+// before it lists anything. So A's link lands in the whole v2 (published
+// right after B's claim, before B's rename: "after the claim"), in the
+// garbage directory, or fails (the name aside is gone: "once the removal is
+// under way", the original schedule); never in a version being emptied.
 func TestRev24PreparerKilledAfterPublishLeavesAMarkerOverARemovedLeftover(t *testing.T) {
+	for _, when := range []string{"after the claim", "once the removal is under way"} {
+		t.Run(when, func(t *testing.T) { testPublishDuringRemoval(t, when == "after the claim") })
+	}
+}
+
+func testPublishDuringRemoval(t *testing.T, afterClaim bool) {
 	_, root := bigTmpfsRoot(t)
 	c := Cluster{Bucket: "b", Prefix: "p/"}
 	files := map[string]string{}
@@ -81,31 +96,47 @@ func TestRev24PreparerKilledAfterPublishLeavesAMarkerOverARemovedLeftover(t *tes
 		t.Fatalf("listing of v2 = %v (%v); the schedule needs the name aside listed last", names, err)
 	}
 
-	// B prepares v3; A publishes its marker once B listed v2 and started
-	// removing it (step 3), and is killed.
+	// B prepares v3; A publishes its marker once B claimed v2 (or once B
+	// started removing it: step 3), and is killed.
 	var prog atomic.Int64
 	published := make(chan error, 1)
-	go func() {
-		for prog.Load() == 0 {
-			runtime.Gosched()
-		}
-		published <- unix.Linkat(int(d2.Fd()), markerAsideName, int(d2.Fd()), MarkerName, 0)
-	}()
+	publish := func() { published <- unix.Linkat(int(d2.Fd()), markerAsideName, int(d2.Fd()), MarkerName, 0) }
+	if afterClaim {
+		setHook(t, &testHookAfterClaim, func(string) { publish() })
+	} else {
+		go func() {
+			for prog.Load() == 0 {
+				runtime.Gosched()
+			}
+			publish()
+		}()
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	setHook(t, &testHookFile, func(string) { cancel() }) // B's lease lost mid-copy
 	_, _, errB := Prepare(ctx, root, inst(0, 3), Options{Cluster: c, Tenure: "task-B", Progress: &prog, Logger: quiet, Workers: 1})
-	if err := <-published; err != nil {
+	switch err := <-published; {
+	case err == nil:
+		t.Logf("A's publishMarker linked its marker")
+	case afterClaim:
 		t.Fatalf("A's publishMarker: %v (schedule not reached)", err)
+	case errors.Is(err, unix.ENOENT):
+		// The name aside was removed before anything was listed: no link
+		// can land once the removal is under way.
+		t.Logf("A's publishMarker: %v: the name aside was gone", err)
+	default:
+		t.Fatalf("A's publishMarker: %v", err)
 	}
-	testHookFile = nil
+	testHookFile, testHookAfterClaim = nil, nil
 	t.Logf("B: %v", errB)
-	left, _ := os.ReadDir(v2)
-	var leftNames []string
-	for _, e := range left {
-		leftNames = append(leftNames, e.Name())
+	if _, err := os.Lstat(v2); !errors.Is(err, fs.ErrNotExist) {
+		left, _ := os.ReadDir(v2)
+		var leftNames []string
+		for _, e := range left {
+			leftNames = append(leftNames, e.Name())
+		}
+		t.Errorf("v2 after B: %v (%v); want it out of the versions", leftNames, err)
 	}
-	t.Logf("v2 after B: %v", leftNames)
 
 	dir, res, err := Prepare(context.Background(), root, inst(0, 4), Options{Cluster: c, Tenure: "task-C", Logger: quiet})
 	if err != nil {
@@ -116,6 +147,16 @@ func TestRev24PreparerKilledAfterPublishLeavesAMarkerOverARemovedLeftover(t *tes
 	if res.Source != 1 || statErr != nil || v1Err != nil {
 		t.Errorf("v4 built from v%d (d0/f000: %v); v1: %v: node 0 started from a version that holds only a marker, and its last complete copy was collected; want v4 from v1 and v1 kept",
 			res.Source, statErr, v1Err)
+	}
+	// Nothing of v2 is left behind: not in the versions, not as garbage.
+	entries, err := os.ReadDir(filepath.Dir(v2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if _, ok := parseGarbageName(e.Name()); ok {
+			t.Errorf("%s left in the node directory after C's garbage collection", e.Name())
+		}
 	}
 }
 
