@@ -161,6 +161,9 @@ func removeGarbage(node *os.File, name string, d *os.File, steps *atomic.Int64) 
 		if err != nil {
 			return err
 		}
+		if testHookGarbageListed != nil {
+			testHookGarbageListed(name)
+		}
 		// Ours last: a crash halfway leaves it recognisably ours.
 		slices.SortStableFunc(names, func(a, b string) int {
 			return boolInt(slices.Contains(ownFileNames, a)) - boolInt(slices.Contains(ownFileNames, b))
@@ -176,6 +179,9 @@ func removeGarbage(node *os.File, name string, d *os.File, steps *atomic.Int64) 
 	}
 	return err
 }
+
+// testHookGarbageListed runs after removeGarbage listed what it removes.
+var testHookGarbageListed func(name string)
 
 func boolInt(b bool) int {
 	if b {

@@ -4,11 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/nodeid/nodeid/nodeid"
 )
@@ -119,5 +122,68 @@ func TestGarbageLeftByARemovalIsFinishedOnlyIfOurs(t *testing.T) {
 	}
 	if b, err := os.ReadFile(filepath.Join(node, "v3", "data")); err != nil || string(b) != "valid" {
 		t.Errorf("v3/data = %q, %v: the symlink to it was followed", b, err)
+	}
+}
+
+// The window the rename out of the versions closes for good: a stale
+// preparer A writes its marker aside anew and links it after the removal
+// listed its leftover v2 (its recheck passed before anything was
+// removed), and the removal then stops (here an immutable file stands for
+// a crash or an I/O error). Emptied in place, v2 would be a valid version
+// over a torn copy, and B's GC would keep it and delete v1. Moved out of
+// the versions first, A's marker lands in garbage.
+func TestLateMarkerDuringARemovalThatStopsNeverMakesAVersion(t *testing.T) {
+	root := t.TempDir()
+	files := map[string]string{}
+	for i := range 20 {
+		files[fmt.Sprintf("f%02d", i)] = "data"
+	}
+	makeVersion(t, root, 0, 1, files, 1)
+	v2 := Dir(root, inst(0, 2))
+	if err := os.MkdirAll(v2, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	writePreparingTenure(t, v2, 2, Cluster{}, "task-A")
+	writeFiles(t, v2, files)
+	writeFiles(t, v2, map[string]string{"stuck": "x"})
+	setImmutable(t, filepath.Join(v2, "stuck"))
+	t.Cleanup(func() { clearImmutableBelow(root) })
+	d2, err := os.Open(v2) // A's held descriptor
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d2.Close()
+	published := false
+	setHook(t, &testHookGarbageListed, func(string) {
+		if published {
+			return
+		}
+		published = true
+		one := nodeid.Version(1)
+		if err := writeMarkerAside(d2, Marker{InitializedAt: time.Now(), Version: 2, InitializedFrom: &one}); err != nil {
+			t.Errorf("A's marker aside: %v", err)
+			return
+		}
+		if err := unix.Linkat(int(d2.Fd()), markerAsideName, int(d2.Fd()), MarkerName, 0); err != nil {
+			t.Errorf("A's publishMarker: %v", err)
+		}
+	})
+	_, res, err := Prepare(context.Background(), root, inst(0, 3), Options{Tenure: "task-B", Logger: quiet})
+	testHookGarbageListed = nil
+	if err != nil {
+		t.Fatalf("B: %v", err)
+	}
+	if !published {
+		t.Fatal("the removal of v2 never listed it: schedule not reached")
+	}
+	if d, err := os.Open(v2); err == nil {
+		_, merr := readMarker(d, 2)
+		d.Close()
+		if merr == nil {
+			t.Errorf("v2 is a valid version after its removal started and stopped (A's late marker over a torn copy)")
+		}
+	}
+	if res.Source != 1 || !exists(t, Dir(root, inst(0, 1))) {
+		t.Errorf("v3 from v%d, v1 kept: %v; want v3 from v1 and v1 kept (keep 2: v3, v1)", res.Source, exists(t, Dir(root, inst(0, 1))))
 	}
 }
