@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 )
@@ -70,6 +71,10 @@ func TestRev24PlantedSymlinkUnderASkippedNameFailsValidation(t *testing.T) {
 						t.Errorf("Prepare succeeded with %s -> %q in v2, an entry it did not make (a symlink out of the data root); want ErrValidation", tc.plant, got)
 					} else if !errors.Is(err, ErrValidation) {
 						t.Errorf("Prepare: %v; want ErrValidation", err)
+					} else if when.hook == &testHookBeforeValidate && !strings.Contains(err.Error(), "in the target, but not made by this preparation") {
+						// Caught by validation itself, not only by the
+						// recheck after the flush.
+						t.Errorf("Prepare: %v; want validation to refuse the planted entry", err)
 					}
 					if _, err := os.Stat(filepath.Join(dir, MarkerName)); err == nil {
 						t.Errorf("v2 has a marker after a failed validation")
