@@ -117,6 +117,16 @@ func collect(ctx context.Context, node *os.File, nodePath string, current node.V
 		log.Info("removed old version", "dir", p, "was_valid", e.st == stateValid)
 		removed = append(removed, p)
 	}
+	// What removals left out of the versions (a crash, a stale
+	// preparer's late write): judged, and finished.
+	gr, gn, gm, ge := collectGarbage(node, nodePath, current, c, steps)
+	for _, p := range gr {
+		log.Info("removed what a removal left", "dir", p)
+	}
+	for _, p := range gm {
+		log.Warn("not ours, left in place: a mount point", "dir", p)
+	}
+	removed, notOurs, mounts, errs = append(removed, gr...), append(notOurs, gn...), append(mounts, gm...), append(errs, ge...)
 	if len(notOurs) > 0 {
 		log.Warn("not ours, left in place", "dirs", notOurs,
 			"why", "no valid marker and no in-progress file of this cluster; remove them by hand once checked")
@@ -125,51 +135,39 @@ func collect(ctx context.Context, node *os.File, nodePath string, current node.V
 }
 
 // removeValid deletes a valid directory without needing free space first
-// (the disk may be full: see freeSpace): its marker is renamed to
-// removingName, durably, which makes it invalid yet still ours; then
-// everything else goes, removingName last. A crash at any point leaves a
-// directory that is valid (a complete copy) or ours, never one that is
-// half-deleted yet unrecognisable.
+// (the disk may be full: see freeSpace): it is renamed out of the
+// versions (moveToGarbage), durably, then emptied, its marker first
+// (removeGarbage). A crash at any point leaves the directory valid and
+// whole, or garbage that is positively ours.
 func removeValid(node *os.File, e entry, c Cluster, steps *atomic.Int64) error {
 	if err := checkVersionNotMount(node, e.dir); err != nil {
 		return err
 	}
-	if err := makeWritable(e.dir); err != nil {
-		return err
-	}
-	fd := int(e.dir.Fd())
-	if err := unix.Renameat(fd, MarkerName, fd, removingName); err != nil {
-		return &os.LinkError{Op: "renameat", Old: filepath.Join(e.dir.Name(), MarkerName), New: filepath.Join(e.dir.Name(), removingName), Err: err}
-	}
-	if err := syncFile(e.dir); err != nil {
-		return err
-	}
-	return removeRemoving(node, e, steps)
+	return removeMoved(node, &e, steps)
 }
 
-// removeRemoving deletes a directory whose marker removeValid renamed to
-// removingName: everything else first, then it, then the directory. No
-// preparer works in such a directory (it was valid), so nothing races.
-func removeRemoving(node *os.File, e entry, steps *atomic.Int64) error {
-	if err := makeWritable(e.dir); err != nil {
+// removeMoved renames e out of the versions, then removes it. A mount
+// point met below it (one the mount table did not show) stops the removal
+// there, and the directory gets its version's name back: what is left of
+// it is not ours, and is where the operator expects it.
+func removeMoved(node *os.File, e *entry, steps *atomic.Int64) error {
+	name := e.name
+	if err := moveToGarbage(node, e); err != nil {
 		return err
 	}
-	names, err := readDirNames(e.dir)
-	if err != nil {
-		return err
-	}
-	for _, n := range names {
-		if n == removingName {
-			continue
-		}
-		if err := removeAllAt(e.dir, n, steps); err != nil {
+	err := removeGarbage(node, e.name, e.dir, steps)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, errMountPoint):
+		if rerr := renameNoReplace(node, e.name, name); rerr == nil {
+			if serr := syncFile(node); serr != nil {
+				return errors.Join(err, serr)
+			}
 			return err
 		}
 	}
-	if err := unlinkAt(e.dir, removingName); err != nil {
-		return err
-	}
-	return rmdirAt(node, e.name, e.dir)
+	return fmt.Errorf("%w: %s: %w", errGarbageLeft, e.name, err)
 }
 
 // removeUnfinished removes our leftover, or an empty directory or one with
@@ -198,47 +196,44 @@ func removeUnfinished(node *os.File, e entry, steps *atomic.Int64) error {
 	return removeLeftover(node, e, steps)
 }
 
-// removeLeftover deletes everything but the in-progress file, then it, then
-// the directory, so a crash halfway leaves a directory still recognisably
-// ours, or empty. It works below the directory inspect judged (e.dir), never
-// by path, and follows no symlink.
+// removeLeftover removes our leftover: it claims the removal, renames the
+// directory out of the versions, then empties and removes it. It works
+// below the directory inspect judged (e.dir), never by path, and follows
+// no symlink.
 func removeLeftover(node *os.File, e entry, steps *atomic.Int64) error {
+	if e.removing {
+		return removeMoved(node, &e, steps)
+	}
+	if _, err := sameAt(node, e.name, e.dir); err != nil {
+		return err
+	}
 	if err := makeWritable(e.dir); err != nil {
 		return err
 	}
-	// The in-progress file goes first: its preparer, if still at work,
-	// unlinks it too when it completes, and exactly one unlink succeeds.
-	// Losing means the directory was completed meanwhile: nothing of it is
-	// touched. Winning, the marker (the preparer may have written it) goes
-	// next, durably, so no marker ever vouches for a directory being
-	// emptied. A crash after the first unlink leaves a directory that is
-	// valid and whole, or neither marked nor ours: left for an operator.
-	if e.removing {
-		return removeRemoving(node, e, steps)
-	}
-	if err := unlinkAt(e.dir, PreparingName); err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
+	// The claim: its preparer, if still at work, unlinks PreparingName
+	// when it completes, and exactly one of that unlink and this rename
+	// succeeds. Losing means the directory was completed meanwhile:
+	// nothing of it is touched. Winning, the preparer fails and unmarks;
+	// should it put its marker in place before (killed, or paused, before
+	// its unmark), the directory is still whole, and once renamed out of
+	// the versions its marker vouches for nothing. A crash in between
+	// leaves it whole and valid, or claimed: ours, being removed.
+	fd := int(e.dir.Fd())
+	if err := unix.Renameat(fd, PreparingName, fd, claimName); err != nil {
+		if err == unix.ENOENT {
 			return fmt.Errorf("%s/%s: %w", e.dir.Name(), PreparingName, errCompletedMeanwhile)
 		}
-		return err
+		return &os.LinkError{Op: "renameat", Old: filepath.Join(e.dir.Name(), PreparingName), New: filepath.Join(e.dir.Name(), claimName), Err: err}
 	}
-	if err := unlinkAt(e.dir, MarkerName); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
+	if testHookAfterClaim != nil {
+		testHookAfterClaim(e.dir.Name())
 	}
-	if err := syncFile(e.dir); err != nil {
-		return err
-	}
-	names, err := readDirNames(e.dir)
-	if err != nil {
-		return err
-	}
-	for _, n := range names {
-		if err := removeAllAt(e.dir, n, steps); err != nil {
-			return err
-		}
-	}
-	return rmdirAt(node, e.name, e.dir)
+	return removeMoved(node, &e, steps)
 }
+
+// testHookAfterClaim runs after removeLeftover claimed a leftover, before
+// it renames it out of the versions.
+var testHookAfterClaim func(dir string)
 
 // removeLeftoversBelow removes the unfinished directories of this cluster
 // (our leftovers, empty ones, ones with only an in-progress file) below
@@ -273,5 +268,15 @@ func removeLeftoversBelow(node *os.File, nodePath string, k node.Version, c Clus
 		}
 		e.close()
 	}
-	return removed, mounts
+	gr, _, gm, ge := collectGarbage(node, nodePath, k, c, steps)
+	for _, p := range gr {
+		log.Info("removed what a removal left, before preparing", "dir", p)
+	}
+	for _, p := range gm {
+		log.Warn("not ours, left in place: a mount point", "dir", p)
+	}
+	for _, err := range ge {
+		log.Warn("removing what a removal left", "err", err)
+	}
+	return append(removed, gr...), append(mounts, gm...)
 }

@@ -38,8 +38,9 @@ type entry struct {
 	tenure string      // stateLeftover: the tenure its in-progress file names
 	dir    *os.File    // nil unless st is stateValid, stateLeftover, stateEmpty, stateNoData
 	lone   unix.Stat_t // stateNoData: the in-progress file as judged
-	// removing: a stateLeftover that removeValid was deleting (its marker
-	// renamed to removingName), not a preparation's.
+	// removing: a stateLeftover whose removal started (its in-progress
+	// file renamed to claimName, or by an earlier release its marker to
+	// removingName), not a preparation's.
 	removing bool
 }
 
@@ -89,6 +90,16 @@ func inspect(node *os.File, name string, v node.Version, c Cluster) (e entry, er
 		e.st, e.why, e.dir, e.tenure, keep = stateLeftover, merr.Error(), d, tenure, true
 		return e, nil
 	}
+	// A removal claimed it (and stopped before its rename out of the
+	// versions): being removed, never redone (no tenure).
+	switch claimed, _, err := ownLeftoverAt(d, claimName, v, c); {
+	case err != nil:
+		return e, err
+	case claimed:
+		e.st, e.why, e.dir, e.removing, keep = stateLeftover, "being removed (its removal was claimed)", d, true, true
+		return e, nil
+	}
+	// Left by an earlier release's removal of a valid version.
 	switch _, err := readMarkerAt(d, removingName, v); {
 	case err == nil:
 		e.st, e.why, e.dir, e.removing, keep = stateLeftover, "being removed by garbage collection", d, true, true

@@ -237,7 +237,13 @@ func parseInProgress(b []byte) (ip inProgress, ok bool) {
 // and cluster c, and the tenure it names. Only an I/O error is an error: a
 // missing or unreadable file just does not prove anything.
 func ownLeftover(dir *os.File, v node.Version, c Cluster) (ours bool, tenure string, err error) {
-	b, err := readSmallFileAt(dir, PreparingName)
+	return ownLeftoverAt(dir, PreparingName, v, c)
+}
+
+// ownLeftoverAt is ownLeftover for the in-progress file under the name
+// file (claimName: a removal claimed it).
+func ownLeftoverAt(dir *os.File, file string, v node.Version, c Cluster) (ours bool, tenure string, err error) {
+	b, err := readSmallFileAt(dir, file)
 	switch {
 	case errors.Is(err, fs.ErrNotExist), errors.Is(err, errBadFile):
 		return false, "", nil

@@ -134,7 +134,12 @@ func prepare(ctx context.Context, root string, inst node.Instance, opts Options,
 	pre, mounts = append(a.freed, pre...), appendNew(a.mounts, mounts)
 	if p.target.st == stateLeftover || p.target.st == stateEmpty || p.target.st == stateNoData {
 		log.Warn("removing leftovers of an interrupted preparation", "dir", dir)
-		if err := removeUnfinished(nodeDir.f, p.target, cfg.steps); err != nil {
+		switch err := removeUnfinished(nodeDir.f, p.target, cfg.steps); {
+		case err == nil:
+		case errors.Is(err, errGarbageLeft) && !errors.Is(err, errMountPoint):
+			// Out of the versions: the target's name is free.
+			log.Warn("the leftovers of an interrupted preparation are not all removed; garbage collection finishes them", "dir", dir, "err", err)
+		default:
 			if errors.Is(err, errMountPoint) {
 				return "", Result{}, fmt.Errorf("%w: %s: %w", ErrUnrecognized, dir, err)
 			}
@@ -353,9 +358,7 @@ func prepare(ctx context.Context, root string, inst node.Instance, opts Options,
 		// Newest first, as collect lists them.
 		res.Removed = append(pre, removed...)
 		slices.SortStableFunc(res.Removed, func(a, b string) int {
-			va, _ := parseVersionDirName(filepath.Base(a))
-			vb, _ := parseVersionDirName(filepath.Base(b))
-			return cmp.Compare(vb, va)
+			return cmp.Compare(removedVersion(b), removedVersion(a))
 		})
 		if err != nil {
 			log.Warn("garbage collection failed", "err", err)
@@ -373,6 +376,16 @@ func prepare(ctx context.Context, root string, inst node.Instance, opts Options,
 		"removed", len(res.Removed), "duration_seconds", logSeconds(res.Duration))
 	log.Info("prepared", attrs...)
 	return dir, res, nil
+}
+
+// removedVersion is the version of a directory in Result.Removed: a
+// version's, or a garbage directory's.
+func removedVersion(p string) node.Version {
+	if v, ok := parseVersionDirName(filepath.Base(p)); ok {
+		return v
+	}
+	v, _ := parseGarbageName(filepath.Base(p))
+	return v
 }
 
 // plan is what Prepare found in the node directory.

@@ -21,7 +21,8 @@ const rev19ChildEnv = "DATADIR_TEST_REV19_ROOT"
 // lease expires, P takes over with v3 and runs Prepare(v3):
 // removeLeftoversBelow judges v2 stateLeftover and removeLeftover lists its
 // names. P is then delayed (scheduling, an NFS round trip) before its first
-// unlinkat. Meanwhile S, whose context was not cancelled yet (paused past
+// unlinkat (since r24: before its claim, the rename of v2's in-progress
+// file, which took the unlink's place). Meanwhile S, whose context was not cancelled yet (paused past
 // its last ctx check), validates, writes its marker, passes its recheck and
 // removes its in-progress file: v2 is valid. P resumes and deletes the names
 // it listed. rmdir fails (the marker is left), and v2 is a valid directory
@@ -29,7 +30,7 @@ const rev19ChildEnv = "DATADIR_TEST_REV19_ROOT"
 // v3 and the torn v2 and deletes v1, the last complete older copy.
 //
 // The delay of P is forced with strace's syscall delay injection on P's
-// first unlinkat; P runs in a child process (this test binary).
+// first renameat (its claim); P runs in a child process (this test binary).
 func TestRemovalOfALeftoverCompletedMeanwhileLeavesItWhole(t *testing.T) {
 	if root := os.Getenv(rev19ChildEnv); root != "" {
 		_, res, err := Prepare(context.Background(), root, inst(0, 3), Options{Logger: quiet, Tenure: "P"})
@@ -59,8 +60,9 @@ func TestRemovalOfALeftoverCompletedMeanwhileLeavesItWhole(t *testing.T) {
 	sDone := goPrepare(root, inst(0, 2), Options{Logger: quiet, Tenure: "S"})
 	<-reached // v2: copied files and S's in-progress file, no marker
 
-	cmd := exec.Command(strace, "-f", "-o", "/dev/null", "-e", "trace=unlinkat",
-		"-e", "inject=unlinkat:delay_enter=4000000:when=1",
+	// P's first rename is its claim of v2 (its in-progress file renamed).
+	cmd := exec.Command(strace, "-f", "-o", "/dev/null", "-e", "trace=renameat,renameat2",
+		"-e", "inject=renameat,renameat2:delay_enter=4000000:when=1",
 		os.Args[0], "-test.run=^TestRemovalOfALeftoverCompletedMeanwhileLeavesItWhole$", "-test.count=1", "-test.v")
 	cmd.Env = append(os.Environ(), rev19ChildEnv+"="+root)
 	var out strings.Builder
@@ -68,7 +70,7 @@ func TestRemovalOfALeftoverCompletedMeanwhileLeavesItWhole(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2 * time.Second) // P judged v2 and listed it; its first unlinkat is delayed
+	time.Sleep(2 * time.Second) // P judged v2; its claim (first renameat) is delayed
 	close(resume)
 	s := <-sDone
 	if s.err != nil {

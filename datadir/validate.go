@@ -71,13 +71,19 @@ func (t *tree) validateList(j *dirJob) {
 	}
 	slices.Sort(names)
 	for _, name := range names {
-		if inSource[name] || j.rel == "" && name == PreparingName {
+		if j.rel == "" && name == PreparingName {
 			continue
 		}
+		// The target holds exactly what this preparation made: a name the
+		// source has but the copy left out (skipped, special) is planted.
 		rel := path.Join(j.rel, name)
-		if _, ok := t.madeAs(rel); ok {
+		_, made := t.madeAs(rel)
+		switch {
+		case made && inSource[name]:
+			continue
+		case made:
 			t.setErr(fmt.Errorf("%w: %s: in the target, but gone from the source since it was carried over (deleted or renamed meanwhile): cannot be proven current", ErrValidation, rel))
-		} else {
+		default:
 			t.setErr(fmt.Errorf("%w: %s: in the target, but not made by this preparation", ErrValidation, rel))
 		}
 		return
@@ -325,6 +331,14 @@ func (t *tree) recheckDir(j *dirJob, missing map[string]carriedEntry, mu *sync.M
 
 func (t *tree) recheckEntry(j *dirJob, name string, missing map[string]carriedEntry, mu *sync.Mutex) error {
 	rel := path.Join(j.rel, name)
+	if j.rel == "" && (name == PreparingName || name == markerAsideName) {
+		return nil
+	}
+	if _, ok := t.carried[rel]; !ok {
+		// Planted since validation (read only: recheck writes carried
+		// nowhere).
+		return fmt.Errorf("%w: %s: in the target after validation, but not made by this preparation", ErrValidation, rel)
+	}
 	mu.Lock()
 	want, ok := missing[rel]
 	mu.Unlock()

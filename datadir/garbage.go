@@ -1,0 +1,281 @@
+//go:build unix
+
+package datadir
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nodeid/nodeid/node"
+)
+
+// A version directory whose removal started is first renamed out of the
+// version namespace, to its garbage name, and only then emptied: a stale
+// preparer still holding it open (its lease lost, paused) can still put
+// its marker into it through its descriptor (linkat), but never into a
+// directory anyone judges a version. See docs/datadir.md, Garbage
+// collection.
+
+// claimName is the in-progress file of a leftover whose removal was
+// claimed: renamed from PreparingName, so the preparer's own unlink of
+// PreparingName fails (exactly one of the two succeeds), and still naming
+// the version and the cluster, so the directory stays positively ours.
+const claimName = ".nodeid-preparing.nodeid-removing"
+
+const garbageSuffix = ".nodeid-removing"
+
+// garbageName is the name of the directory of version v, inode ino, once
+// its removal started. Not a version to this package (not canonical), nor
+// to Camunda's provider (which reads names starting with "v"); the inode
+// keeps two garbage directories of one version apart.
+func garbageName(v node.Version, ino uint64) string {
+	return "." + versionDirName(v) + "." + strconv.FormatUint(ino, 10) + garbageSuffix
+}
+
+// parseGarbageName returns the version of a garbage name.
+func parseGarbageName(name string) (node.Version, bool) {
+	rest, ok := strings.CutPrefix(name, ".")
+	if !ok {
+		return 0, false
+	}
+	if rest, ok = strings.CutSuffix(rest, garbageSuffix); !ok {
+		return 0, false
+	}
+	vname, ino, ok := strings.Cut(rest, ".")
+	if !ok || ino == "" || strings.Trim(ino, "0123456789") != "" {
+		return 0, false
+	}
+	return parseVersionDirName(vname)
+}
+
+// ownFileNames are the files of ours a version directory can hold at its
+// top; removeGarbage removes the ones that make a garbage directory
+// recognisably ours last.
+var ownFileNames = []string{MarkerName, markerAsideName, removingName, PreparingName, claimName}
+
+// errGarbageLeft: the directory left the version namespace, but what is
+// left of it could not be removed now; the next garbage collection does.
+var errGarbageLeft = errors.New("moved out of the versions, not removed yet")
+
+// sameAt fails unless name in parent is still the directory d.
+func sameAt(parent *os.File, name string, d *os.File) (unix.Stat_t, error) {
+	var st, want unix.Stat_t
+	if err := fstatat(int(parent.Fd()), name, &st); err != nil {
+		return want, err
+	}
+	if err := unix.Fstat(int(d.Fd()), &want); err != nil {
+		return want, &os.PathError{Op: "fstat", Path: d.Name(), Err: err}
+	}
+	if st.Dev != want.Dev || st.Ino != want.Ino {
+		return want, fmt.Errorf("%s was replaced since it was inspected; left in place", path.Join(parent.Name(), name))
+	}
+	return want, nil
+}
+
+// renameNoReplace renames old to new in dir, failing with EEXIST if new
+// exists: renameat2 RENAME_NOREPLACE, or where the file system lacks it
+// (NFS) a check, then renameat (which could then only replace an empty
+// directory planted under our garbage name in between).
+func renameNoReplace(dir *os.File, old, new string) error {
+	fd := int(dir.Fd())
+	err := unix.Renameat2(fd, old, fd, new, unix.RENAME_NOREPLACE)
+	if err == unix.EINVAL || err == unix.ENOSYS {
+		var st unix.Stat_t
+		switch serr := fstatat(fd, new, &st); {
+		case serr == nil:
+			err = unix.EEXIST
+		case !errors.Is(serr, fs.ErrNotExist):
+			return serr
+		default:
+			err = unix.Renameat(fd, old, fd, new)
+		}
+	}
+	if err != nil {
+		return &os.LinkError{Op: "renameat", Old: path.Join(dir.Name(), old), New: path.Join(dir.Name(), new), Err: err}
+	}
+	return nil
+}
+
+// moveToGarbage renames e's directory (still e.dir) to its garbage name,
+// durably (the node directory is fsynced): from then on no marker in it
+// is one of a version. A rename needs no free space. e.name becomes the
+// garbage name.
+func moveToGarbage(node *os.File, e *entry) error {
+	want, err := sameAt(node, e.name, e.dir)
+	if err != nil {
+		return err
+	}
+	g := garbageName(e.v, want.Ino)
+	if err := renameNoReplace(node, e.name, g); err != nil {
+		return err
+	}
+	// Swapped between the check and the rename: what was renamed is not
+	// what was judged, and nothing of it is removed.
+	if _, err := sameAt(node, g, e.dir); err != nil {
+		return err
+	}
+	e.name = g
+	return syncFile(node)
+}
+
+// removeGarbage empties the garbage directory name of node, open as d, and
+// removes it. The marker goes first, durably, renamed to removingName (a
+// copy from it, begun while it was a valid version, fails its
+// sourceStillValid check), and the name aside, so that no stale preparer's
+// linkat can publish one any more; then everything but our own files; then
+// those. A stale preparer may still write into it through its descriptor
+// meanwhile: rmdir then fails (not empty), and it is emptied again, at
+// most three times; what is left, the next garbage collection removes.
+func removeGarbage(node *os.File, name string, d *os.File, steps *atomic.Int64) error {
+	if err := checkVersionNotMount(node, d); err != nil {
+		return err
+	}
+	if err := makeWritable(d); err != nil {
+		return err
+	}
+	var err error
+	for range 3 {
+		fd := int(d.Fd())
+		var st unix.Stat_t
+		if fstatat(fd, MarkerName, &st) == nil {
+			if err := unix.Renameat(fd, MarkerName, fd, removingName); err != nil && err != unix.ENOENT {
+				return &os.LinkError{Op: "renameat", Old: path.Join(d.Name(), MarkerName), New: path.Join(d.Name(), removingName), Err: err}
+			}
+			if err := syncFile(d); err != nil {
+				return err
+			}
+		}
+		if err := unlinkAt(d, markerAsideName); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		names, err := readDirNames(d)
+		if err != nil {
+			return err
+		}
+		if testHookGarbageListed != nil {
+			testHookGarbageListed(name)
+		}
+		// Ours last: a crash halfway leaves it recognisably ours.
+		slices.SortStableFunc(names, func(a, b string) int {
+			return boolInt(slices.Contains(ownFileNames, a)) - boolInt(slices.Contains(ownFileNames, b))
+		})
+		for _, n := range names {
+			if err := removeAllAt(d, n, steps); err != nil {
+				return err
+			}
+		}
+		if err = rmdirAt(node, name, d); err == nil || !errors.Is(err, unix.ENOTEMPTY) && !errors.Is(err, unix.EEXIST) {
+			return err
+		}
+	}
+	return err
+}
+
+// testHookGarbageListed runs after removeGarbage listed what it removes.
+var testHookGarbageListed func(name string)
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// judgeGarbage opens the garbage directory name (of version v) of node and
+// says whether it is what a removal of ours renamed, judged as the
+// original was: it still holds our claimed or unclaimed in-progress file
+// naming v and c, a marker of v (a valid version, or one being removed),
+// or nothing but our own small files (a stale preparer's late marker
+// after the rest was removed). d is nil if it is not ours or gone.
+func judgeGarbage(node *os.File, name string, v node.Version, c Cluster) (d *os.File, why string, err error) {
+	d, err = openDirAt(node, name)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, "", nil
+	case errors.Is(err, unix.ELOOP), errors.Is(err, unix.ENOTDIR):
+		return nil, "not a directory", nil
+	case err != nil:
+		return nil, "", fmt.Errorf("datadir: %w", err)
+	}
+	ours, err := garbageIsOurs(d, v, c)
+	if err != nil || !ours {
+		d.Close()
+		return nil, "no marker, in-progress file or claim of this version and cluster", err
+	}
+	return d, "", nil
+}
+
+func garbageIsOurs(d *os.File, v node.Version, c Cluster) (bool, error) {
+	for _, n := range []string{claimName, PreparingName} {
+		if ours, _, err := ownLeftoverAt(d, n, v, c); err != nil || ours {
+			return ours, err
+		}
+	}
+	for _, n := range []string{MarkerName, removingName} {
+		switch _, err := readMarkerAt(d, n, v); {
+		case err == nil:
+			return true, nil
+		case !errors.Is(err, errNoMarker) && !errors.Is(err, errBadMarker):
+			return false, err
+		}
+	}
+	names, err := readDirNames(d)
+	if err != nil {
+		return false, err
+	}
+	for _, n := range names {
+		var st unix.Stat_t
+		if !slices.Contains(ownFileNames, n) || fstatat(int(d.Fd()), n, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// collectGarbage finishes the removals of versions below k that a crash, or
+// a stale preparer's late write, left in garbage directories.
+func collectGarbage(node *os.File, nodePath string, k node.Version, c Cluster, steps *atomic.Int64) (removed, notOurs, mounts []string, errs []error) {
+	names, err := readDirNames(node)
+	if err != nil {
+		return nil, nil, nil, []error{fmt.Errorf("datadir: listing %s: %w", nodePath, err)}
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		v, ok := parseGarbageName(n)
+		if !ok || v >= k {
+			continue
+		}
+		p := path.Join(nodePath, n)
+		d, why, err := judgeGarbage(node, n, v, c)
+		switch {
+		case err != nil:
+			errs = append(errs, err)
+			continue
+		case d == nil && why != "":
+			notOurs = append(notOurs, p)
+			continue
+		case d == nil:
+			continue
+		}
+		err = removeGarbage(node, n, d, steps)
+		d.Close()
+		switch {
+		case errors.Is(err, errMountPoint):
+			notOurs, mounts = append(notOurs, p), append(mounts, p)
+		case err != nil:
+			errs = append(errs, fmt.Errorf("datadir: removing %s: %w", n, err))
+		default:
+			removed = append(removed, p)
+		}
+	}
+	return removed, notOurs, mounts, errs
+}
