@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nodeid/nodeid/leasefile"
 	"github.com/nodeid/nodeid/nodeid"
 )
 
@@ -56,7 +55,22 @@ func cmdAcquire(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	defer sess.logw.Close(logFlushTimeout)
 	defer sess.awaitLossHandled()
-	sess.leaseFile = s.leaseFile
+	// Written after a wait for an ID that may be long: in the directories
+	// checked now (heldfile.go).
+	defer sess.closeOutputs()
+	if err := sess.setLeaseFile(s.leaseFile); err != nil {
+		return err
+	}
+	handoffOut, err := openHeldFile("hand-off file", s.handoffFile)
+	if err != nil {
+		return err
+	}
+	defer handoffOut.close()
+	envOut, err := openHeldFile("env file", s.envFile)
+	if err != nil {
+		return err
+	}
+	defer envOut.close()
 	defer sess.stopWaiting()
 	p := sess.provider
 	sess.writeWaiting(ctx)
@@ -85,10 +99,10 @@ func cmdAcquire(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	b, _ := json.Marshal(h)
-	if err := leasefile.WriteFile(s.handoffFile, append(b, '\n'), 0o600); err != nil {
+	if err := handoffOut.writeFile(append(b, '\n'), 0o600); err != nil {
 		return fmt.Errorf("hand-off file: %w", err)
 	}
-	if err := leasefile.WriteFile(s.envFile, envFileText(env), 0o644); err != nil {
+	if err := envOut.writeFile(envFileText(env), 0o644); err != nil {
 		return fmt.Errorf("env file: %w", err)
 	}
 	left := time.Duration(h.ValidUntilBoottimeNs) - boottimeNow()

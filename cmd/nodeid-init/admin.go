@@ -91,14 +91,29 @@ func clusterLease(ctx context.Context, repo nodeid.Repository) (time.Duration, e
 
 // clusterMarker reads the cluster marker: the zero marker if there is none.
 func clusterMarker(ctx context.Context, repo nodeid.Repository) (nodeid.ClusterMarker, error) {
-	m, err := repo.Marker(ctx)
+	m, _, err := readClusterMarker(ctx, repo)
+	return m, err
+}
+
+// readClusterMarker is clusterMarker that also says whether the marker
+// exists, so that a missing one is told from Camunda's (camundaMarker).
+func readClusterMarker(ctx context.Context, repo nodeid.Repository) (m nodeid.ClusterMarker, found bool, err error) {
+	m, err = repo.Marker(ctx)
 	if errors.Is(err, nodeid.ErrNotFound) {
-		return nodeid.ClusterMarker{}, nil
+		return nodeid.ClusterMarker{}, false, nil
 	}
 	if err != nil {
-		return nodeid.ClusterMarker{}, fmt.Errorf("reading the cluster marker: %w", err)
+		return nodeid.ClusterMarker{}, false, fmt.Errorf("reading the cluster marker: %w", err)
 	}
-	return m, nil
+	return m, true, nil
+}
+
+// camundaMarker reports whether an existing marker m is in Camunda's form
+// (an empty body): Camunda bootstrapped the lease set, so Camunda brokers
+// may use it, even when none holds an ID now. nodeid's markers always
+// record the bootstrap and the cluster size.
+func camundaMarker(m nodeid.ClusterMarker) bool {
+	return len(m.Bootstrap) == 0 && m.CreatedBy == "" && m.ClusterSize == 0 && m.LeaseDuration == 0
 }
 
 // idRanges renders sorted IDs as 0-3,5.

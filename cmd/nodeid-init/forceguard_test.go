@@ -150,7 +150,14 @@ func TestReleaseRefusesANodeIDOutsideTheCluster(t *testing.T) {
 		t.Errorf("--node 1 under Camunda's marker: exit %d, want 2:\n%s%s", code, stdout, stderr)
 	}
 	oneLineWith(t, "--node 1 under Camunda's marker", stderr, "records no cluster size")
-	if code, stdout, stderr := camundaCluster.runCmd(t, camundaEnv, "release", "--force", "--yes", "--version", "1", "--node", "1", "--cluster-size", "2"); code != 0 {
-		t.Errorf("--node 1 --cluster-size 2 under Camunda's marker: exit %d, want 0:\n%s%s", code, stdout, stderr)
+	// Inside the cluster, Camunda's marker alone is the Camunda guard's
+	// business (camunda_spare_release_test.go): refused without the flag.
+	code, stdout, stderr = camundaCluster.runCmd(t, camundaEnv, "release", "--force", "--yes", "--version", "1", "--node", "1", "--cluster-size", "2")
+	if code != 2 {
+		t.Errorf("--node 1 --cluster-size 2 under Camunda's marker without --camunda-graceful-ok: exit %d, want 2:\n%s%s", code, stdout, stderr)
+	}
+	oneLineWith(t, "--node 1 --cluster-size 2 under Camunda's marker", stderr, "holds Camunda's cluster marker camunda/node-ids-initialized")
+	if code, stdout, stderr := camundaCluster.runCmd(t, camundaEnv, "release", "--force", "--yes", "--camunda-graceful-ok", "--version", "1", "--node", "1", "--cluster-size", "2"); code != 0 {
+		t.Errorf("--node 1 --cluster-size 2 --camunda-graceful-ok under Camunda's marker: exit %d, want 0:\n%s%s", code, stdout, stderr)
 	}
 }

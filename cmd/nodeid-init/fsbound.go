@@ -116,7 +116,7 @@ func (sess *session) abandonLeaseFile(inst nodeid.NodeInstance) {
 	sess.fileMu.Lock()
 	defer sess.fileMu.Unlock()
 	sess.abandoned, sess.waiting = true, false
-	if err := writeLeaseFile(sess.leaseFile, leasefile.Lease{State: leasefile.StateLost, NodeID: inst.ID, Version: int64(inst.Version), TaskID: sess.cfg.TaskID}); err != nil {
+	if err := writeLeaseFile(sess.leaseOut, leasefile.Lease{State: leasefile.StateLost, NodeID: inst.ID, Version: int64(inst.Version), TaskID: sess.cfg.TaskID}); err != nil {
 		sess.log.Warn("cannot write the lease file", "path", sess.leaseFile, "err", err)
 	}
 }

@@ -50,7 +50,7 @@ func (sess *session) handleEvent(e nodeid.Event) {
 		return // the file says `lost` after a hang, and stays so
 	}
 	sess.waiting = false
-	err := writeLeaseFile(sess.leaseFile, l)
+	err := writeLeaseFile(sess.leaseOut, l)
 	sess.fileMu.Unlock()
 	sess.mu.Lock()
 	sess.leaseFileErr = err
@@ -85,16 +85,16 @@ func (sess *session) handleEvent(e nodeid.Event) {
 	}
 }
 
-// writeLeaseFile is leasefile.Write with this host's boot ID, or the
-// failure a test asked for (testHooks).
-func writeLeaseFile(path string, l leasefile.Lease) error {
+// writeLeaseFile is leasefile.Write, into the lease file's held directory,
+// with this host's boot ID, or the failure a test asked for (testHooks).
+func writeLeaseFile(h *heldFile, l leasefile.Lease) error {
 	if testHooks.leaseFileFault != nil {
 		if err := testHooks.leaseFileFault(); err != nil {
 			return err
 		}
 	}
 	l.BootID = leasefile.BootID()
-	return leasefile.Write(path, l)
+	return h.writeLease(l)
 }
 
 // healthy is /healthz. It follows the rule of `nodeid-init health` on the
@@ -183,7 +183,7 @@ func (sess *session) writeWaiting(ctx context.Context) {
 // a spare whose file cannot be refreshed fails `health` once it goes
 // stale, so it fails /healthz too.
 func (sess *session) writeWaitingLocked() error {
-	err := writeLeaseFile(sess.leaseFile, leasefile.Lease{State: leasefile.StateWaiting, NodeID: -1, TaskID: sess.cfg.TaskID,
+	err := writeLeaseFile(sess.leaseOut, leasefile.Lease{State: leasefile.StateWaiting, NodeID: -1, TaskID: sess.cfg.TaskID,
 		ValidUntilBoottimeNs: int64(clock.SystemBoottime() + 2*sess.cfg.PollInterval)})
 	sess.mu.Lock()
 	sess.leaseFileErr = err
@@ -217,7 +217,7 @@ func (sess *session) stopWaiting() {
 			return
 		}
 		sess.waiting = false
-		if err := writeLeaseFile(sess.leaseFile, leasefile.Lease{State: leasefile.StateStopped, NodeID: -1, TaskID: sess.cfg.TaskID}); err != nil {
+		if err := writeLeaseFile(sess.leaseOut, leasefile.Lease{State: leasefile.StateStopped, NodeID: -1, TaskID: sess.cfg.TaskID}); err != nil {
 			sess.log.Warn("cannot write the lease file", "path", sess.leaseFile, "err", err)
 		}
 	}()

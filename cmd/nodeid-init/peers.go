@@ -14,7 +14,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/nodeid/nodeid/leasefile"
 	"github.com/nodeid/nodeid/nodeid"
 )
 
@@ -117,7 +116,7 @@ func (sess *session) followPeers(ctx context.Context, path string, last []nodeid
 			sess.metrics.setPeers(peers)
 			sess.rerender(peers)
 			if path != "" {
-				if err := leasefile.WriteFile(path, peersJSON(peers), 0o644); err != nil {
+				if err := sess.peersOut.writeFile(peersJSON(peers), 0o644); err != nil {
 					sess.log.Error("cannot update the peers file", "path", path, "err", err)
 				} else {
 					sess.log.Info("peers file updated", "path", path, "peers", nodePeersEnv(peers))

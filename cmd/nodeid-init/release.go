@@ -23,7 +23,7 @@ func cmdRelease(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fs.BoolVar(&s.force, "force", false, "required: the holder must be known to be dead")
 		fs.Int64Var(&atLeast, "version", 0, "release at this version at least; required when the object is missing or corrupt and no peer knows the version")
 		fs.StringVar(&s.dataRoot, "data-root", "", "shared storage root; refuse a version below the newest valid node-N/vK there")
-		fs.BoolVar(&camundaOK, "camunda-graceful-ok", false, "release although the bucket holds leases in Camunda's format: a Camunda broker that takes the ID reads the forced release as graceful and hard-links the last holder's files")
+		fs.BoolVar(&camundaOK, "camunda-graceful-ok", false, "release although the lease set holds leases in Camunda's format or Camunda's cluster marker: a Camunda broker that takes the ID reads the forced release as graceful and hard-links the last holder's files")
 		changeFlags(fs, s)
 	})
 	if err != nil {
@@ -61,7 +61,7 @@ func cmdRelease(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if gerr != nil && state == "" {
 		return gerr
 	}
-	marker, err := clusterMarker(ctx, repo)
+	marker, markerFound, err := readClusterMarker(ctx, repo)
 	if err != nil {
 		return err
 	}
@@ -83,12 +83,21 @@ func cmdRelease(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return usagef("node %d %s: its last holder may still be valid; add --yes only if it is known to be dead", node, why)
 		}
 	}
+	// A Camunda broker that waits for an ID writes nothing: its marker is
+	// all that shows Camunda uses this lease set (docs/cli.md#release).
 	camunda, err := camundaWritten(ctx, repo)
 	if err != nil {
 		return err
 	}
-	if len(camunda) > 0 && !camundaOK && !s.dryRun {
-		return usagef("the lease set holds leases in Camunda's format (node IDs %v): Camunda brokers may take node %d, and Camunda ignores forced=true, so it would read this release as graceful and hard-link the files of a holder that may still write; nothing was written. Add --camunda-graceful-ok only if no Camunda broker runs on this bucket, or its hard links are acceptable", camunda, node)
+	var camundaSeen string
+	switch {
+	case len(camunda) > 0:
+		camundaSeen = fmt.Sprintf("leases in Camunda's format (node IDs %v)", camunda)
+	case markerFound && camundaMarker(marker):
+		camundaSeen = fmt.Sprintf("Camunda's cluster marker %s (Camunda bootstrapped it; a waiting Camunda broker leaves no object of its own)", nodeid.MarkerKey(s.prefix))
+	}
+	if camundaSeen != "" && !camundaOK && !s.dryRun {
+		return usagef("the lease set holds %s: Camunda brokers may take node %d, and Camunda ignores forced=true, so it would read this release as graceful and hard-link the files of a holder that may still write; nothing was written. Add --camunda-graceful-ok only if no Camunda broker runs on this bucket, or its hard links are acceptable", camundaSeen, node)
 	}
 	if s.dryRun {
 		what := "missing (it would be created)"
@@ -108,8 +117,8 @@ func cmdRelease(ctx context.Context, args []string, stdout, stderr io.Writer) er
 				what += fmt.Sprintf("; needs --yes: it %s", why)
 			}
 		}
-		if len(camunda) > 0 && !camundaOK {
-			what += fmt.Sprintf("; needs --camunda-graceful-ok: leases in Camunda's format at node IDs %v", camunda)
+		if camundaSeen != "" && !camundaOK {
+			what += "; needs --camunda-graceful-ok: " + camundaSeen
 		}
 		fmt.Fprintf(stdout, "dry run: would force-release node %d (%s) at version %d or the highest version a peer knows, if higher\n", node, what, max(atLeast, int64(rec.Lease.Instance.Version)))
 		return nil

@@ -63,7 +63,10 @@ func cmdRenew(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	defer sess.logw.Close(logFlushTimeout)
 	defer sess.awaitLossHandled()
-	sess.leaseFile = s.leaseFile
+	defer sess.closeOutputs()
+	if err := sess.setLeaseFile(s.leaseFile); err != nil {
+		return err
+	}
 	p := sess.provider
 	inst, err := p.Adopt(ctx, h)
 	if err != nil {

@@ -14,7 +14,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nodeid/nodeid/leasefile"
 	"github.com/nodeid/nodeid/nodeid"
 )
 
@@ -103,7 +102,15 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return err
 		}
 	}
-	sess.leaseFile = s.leaseFile
+	// From here on the outputs are written in their directories as they
+	// are now (heldfile.go), never by walking their paths again.
+	defer sess.closeOutputs()
+	if err := sess.setLeaseFile(s.leaseFile); err != nil {
+		return err
+	}
+	if sess.peersOut, err = openHeldFile("peers file", s.peersFile); err != nil {
+		return err
+	}
 	defer sess.stopWaiting()
 	p := sess.provider
 
@@ -373,7 +380,7 @@ func (sess *session) beforeStart(ctx context.Context, inst nodeid.NodeInstance, 
 	for _, t := range sess.s.templates {
 		sess.log.Info("template rendered", "src", t.src, "dst", t.dst)
 	}
-	if err := leasefile.WriteFile(sess.s.peersFile, peersJSON(peers), 0o644); err != nil {
+	if err := sess.peersOut.writeFile(peersJSON(peers), 0o644); err != nil {
 		return nil, fmt.Errorf("peers file: %w", err)
 	}
 	sess.log.Info("peers file written", "path", sess.s.peersFile, "peers", nodePeersEnv(peers))

@@ -24,8 +24,12 @@ type session struct {
 	provider  *nodeid.Provider
 	metrics   *metrics
 	leaseFile string
-	logw      *logWriter // the log's stderr: never blocks (logwriter.go)
-	fence     fence      // kills the command's tree first on a loss (fence.go)
+	// leaseOut and peersOut are the lease file and the peers file in their
+	// directories held since the start (heldfile.go); nil when not written.
+	leaseOut *heldFile
+	peersOut *heldFile
+	logw     *logWriter // the log's stderr: never blocks (logwriter.go)
+	fence    fence      // kills the command's tree first on a loss (fence.go)
 
 	// dataRefused is why the data root refused this lease (see
 	// isDataRefusal): the lease must then expire, not be released.

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"text/template"
 
-	"github.com/nodeid/nodeid/leasefile"
 	"github.com/nodeid/nodeid/nodeid"
 )
 
@@ -19,6 +18,7 @@ import (
 type templateSpec struct {
 	src, dst string
 	tmpl     *template.Template
+	out      *heldFile // dst in its directory, held since the start
 }
 
 // templateData is what a template sees.
@@ -81,7 +81,13 @@ func parseTemplates(v string) ([]*templateSpec, error) {
 		if err := checkWritableFile("template destination", dst); err != nil {
 			return nil, err
 		}
-		out = append(out, &templateSpec{src: src, dst: dst, tmpl: t})
+		// Held from now on: dst is rendered again at every peer change, and
+		// its path (often under the shared data root) is not walked again.
+		h, err := openHeldFile("template destination", dst)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, &templateSpec{src: src, dst: dst, tmpl: t, out: h})
 	}
 	return out, nil
 }
@@ -109,7 +115,8 @@ func checkTemplates(specs []*templateSpec, size int) error {
 }
 
 // renderTemplates executes every template on the real data and replaces each
-// destination atomically, and returns what it rendered. All are executed
+// destination atomically in its held directory, and returns what it
+// rendered. All are executed
 // before any is written, so an execution error leaves every destination as
 // it was. A destination whose text equals its entry in prev (the last
 // rendering) is not written again: a re-rendering after a peer change
@@ -127,7 +134,7 @@ func renderTemplates(specs []*templateSpec, data templateData, prev [][]byte) ([
 		if i < len(prev) && bytes.Equal(prev[i], out[i]) {
 			continue
 		}
-		if err := leasefile.WriteFile(t.dst, out[i], 0o644); err != nil {
+		if err := t.out.writeFile(out[i], 0o644); err != nil {
 			return nil, fmt.Errorf("template %s: write %s: %w", t.src, t.dst, err)
 		}
 	}
