@@ -222,7 +222,7 @@ type logLine struct {
 	NodeID      *int      `json:"node_id"`
 	Version     int64     `json:"version"`
 	Graceful    *bool     `json:"previous_graceful"`
-	FromVersion any       `json:"from_version"`
+	FromVersion *int64    `json:"from_version"` // absent when it started empty
 	FilesCopied int64     `json:"files_copied"`
 	FilesLinked int64     `json:"files_linked"`
 	BytesCopied int64     `json:"bytes_copied"`

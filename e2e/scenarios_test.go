@@ -252,8 +252,8 @@ func (s *suite) bootstrap(t *testing.T) {
 		s.w.start()
 	}
 	for id := range clusterSize {
-		if te, _ := s.w.holder(id).tenure(); te.version != 1 || fmt.Sprint(te.prepared.FromVersion) != "none" {
-			t.Errorf("node %d starts at version %d from %v, want version 1 from an empty directory", id, te.version, te.prepared.FromVersion)
+		if te, _ := s.w.holder(id).tenure(); te.version != 1 || te.prepared.FromVersion != nil {
+			t.Errorf("node %d starts at version %d, data %s; want version 1 from an empty directory (no from_version)", id, te.version, dataNote(te))
 		}
 	}
 	s.w.spare()
@@ -285,7 +285,11 @@ func (s *suite) bootstrap(t *testing.T) {
 // dataNote says how the successor's data directory was made.
 func dataNote(te tenure) string {
 	p := te.prepared
-	return fmt.Sprintf("from v%v: %d copied (%d MB), %d linked", p.FromVersion, p.FilesCopied, p.BytesCopied>>20, p.FilesLinked)
+	from := "empty"
+	if p.FromVersion != nil {
+		from = fmt.Sprintf("v%d", *p.FromVersion)
+	}
+	return fmt.Sprintf("from %s: %d copied (%d MB), %d linked", from, p.FilesCopied, p.BytesCopied>>20, p.FilesLinked)
 }
 
 // successor checks the successor's tenure: version + 1, the data directory
@@ -299,8 +303,8 @@ func (s *suite) successor(te, ste tenure, graceful bool) {
 		s.t.Errorf("successor saw previous_graceful=%v, want %v", ste.graceful, graceful)
 	}
 	p := ste.prepared
-	if fmt.Sprint(p.FromVersion) != fmt.Sprint(te.version) {
-		s.t.Errorf("data directory prepared from version %v, want %d", p.FromVersion, te.version)
+	if p.FromVersion == nil || *p.FromVersion != te.version {
+		s.t.Errorf("data directory prepared %s, want from v%d", dataNote(ste), te.version)
 	}
 	switch {
 	case graceful && (p.FilesLinked == 0 || p.FilesCopied != 0):
