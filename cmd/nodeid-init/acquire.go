@@ -47,30 +47,25 @@ func cmdAcquire(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := checkDistinctOutputs(outputFile{"env file", s.envFile}, outputFile{"hand-off file", s.handoffFile}, outputFile{"lease file", s.leaseFile}); err != nil {
 		return err
 	}
+	// Written after a wait for an ID that may be long: in the directories
+	// opened now (heldfile.go).
+	held, err := openOutputs(s, outputFile{"hand-off file", s.handoffFile}, outputFile{"env file", s.envFile}, outputFile{"lease file", s.leaseFile})
+	if err != nil {
+		return err
+	}
+	handoffOut, envOut := held[0], held[1]
+	defer closeHeld(handoffOut, envOut)
 	ctx, stop := stopContext(ctx)
 	defer stop()
 	sess, err := newSession(ctx, s, stderr)
 	if err != nil {
+		held[2].close()
 		return err
 	}
+	sess.leaseFile, sess.leaseOut = s.leaseFile, held[2]
 	defer sess.logw.Close(logFlushTimeout)
 	defer sess.awaitLossHandled()
-	// Written after a wait for an ID that may be long: in the directories
-	// checked now (heldfile.go).
 	defer sess.closeOutputs()
-	if err := sess.setLeaseFile(s.leaseFile); err != nil {
-		return err
-	}
-	handoffOut, err := openHeldFile("hand-off file", s.handoffFile)
-	if err != nil {
-		return err
-	}
-	defer handoffOut.close()
-	envOut, err := openHeldFile("env file", s.envFile)
-	if err != nil {
-		return err
-	}
-	defer envOut.close()
 	defer sess.stopWaiting()
 	p := sess.provider
 	sess.writeWaiting(ctx)

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/nodeid/nodeid/leasefile"
 )
@@ -16,7 +17,8 @@ import (
 // heldFile is a file the supervisor replaces during the tenure: the lease
 // file, the peers file, a rendered template (also the env file and the
 // hand-off, written after a wait for an ID). Its directory is resolved once,
-// at start, by the path the operator configured, and held open (os.Root);
+// at start, by the path the operator configured (from within the data root
+// when under it: openHeldFile), and held open (os.Root);
 // every replacement is made inside that directory, never by walking the
 // path again. The path may run through a shared data root: a directory on
 // it swapped for a symlink meanwhile must not redirect the write out of it.
@@ -31,10 +33,14 @@ type heldFile struct {
 // or another non-regular file since start: it is not replaced.
 var errNotRegularOutput = errors.New("is no longer a regular file: not replaced")
 
-// openHeldFile opens path's directory, following what the operator
-// configured (symlinks included), and holds it.
-func openHeldFile(what, path string) (*heldFile, error) {
-	dir, err := os.OpenRoot(filepath.Dir(path))
+// openHeldFile opens path's directory and holds it. Under the data root
+// (dataRoot, "" for none) the directory is opened from the data root's own
+// os.Root: what is there at start is not the operator's (another tenant, a
+// previous task's broker), and a symlink or `..` on the way that leads out
+// of the data root is refused, a configuration error. Elsewhere the path
+// is followed as configured (symlinks included): that is the operator's.
+func openHeldFile(what, path, dataRoot string) (*heldFile, error) {
+	dir, err := openOutputDir(filepath.Dir(path), dataRoot)
 	if err != nil {
 		var pe *fs.PathError
 		if errors.As(err, &pe) {
@@ -44,6 +50,52 @@ func openHeldFile(what, path string) (*heldFile, error) {
 	}
 	name := filepath.Base(path)
 	return &heldFile{path: path, dir: dir, name: name, tmp: "." + name + "."}, nil
+}
+
+// openOutputDir opens dir, from within dataRoot when dir lies under it.
+// Paths are compared cleaned and absolute, against the data root both as
+// configured and with its own symlinks resolved (the operator's).
+func openOutputDir(dir, dataRoot string) (*os.Root, error) {
+	if dataRoot != "" {
+		abs, err := filepath.Abs(dir)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range dataRootForms(dataRoot) {
+			rel, err := filepath.Rel(r, abs)
+			if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+				continue
+			}
+			root, err := os.OpenRoot(r)
+			if err != nil {
+				return nil, err
+			}
+			defer root.Close() // the directory opened from it stays open
+			d, err := root.OpenRoot(rel)
+			if err != nil {
+				var pe *fs.PathError
+				if errors.As(err, &pe) {
+					err = pe.Err
+				}
+				return nil, fmt.Errorf("%w (it lies under the data root %s, and a symlink or .. there may not lead out of it)", err, dataRoot)
+			}
+			return d, nil
+		}
+	}
+	return os.OpenRoot(dir)
+}
+
+// dataRootForms is the data root cleaned and absolute, as configured and
+// with its symlinks resolved.
+func dataRootForms(dataRoot string) []string {
+	var out []string
+	if abs, err := filepath.Abs(dataRoot); err == nil {
+		out = append(out, abs)
+		if real, err := filepath.EvalSymlinks(abs); err == nil && real != abs {
+			out = append(out, real)
+		}
+	}
+	return out
 }
 
 // close releases the directory; nil-safe. It does not wait for a write in
@@ -130,8 +182,8 @@ func (h *heldFile) writeLease(l leasefile.Lease) error {
 // openLeaseFile is openHeldFile for a lease file: its temporary files are
 // named as leasefile.Write names them (.lease-*), which the cleanup of a
 // private default directory removes.
-func openLeaseFile(path string) (*heldFile, error) {
-	h, err := openHeldFile("lease file", path)
+func openLeaseFile(path, dataRoot string) (*heldFile, error) {
+	h, err := openHeldFile("lease file", path, dataRoot)
 	if err == nil {
 		h.tmp = ".lease-"
 	}
@@ -144,6 +196,41 @@ func randomSuffix() string {
 	return hex.EncodeToString(b[:])
 }
 
+// openOutputs opens the held files of a command at its start, before its
+// session: a refusal (openHeldFile) is then bad input, one error line with
+// nothing logged, acquired or written before it. A path "" is not opened
+// (its entry stays nil). The data root is checked first: the outputs under
+// it are opened from it.
+func openOutputs(s *settings, outs ...outputFile) ([]*heldFile, error) {
+	if err := s.checkDataRoot(); err != nil {
+		return nil, err
+	}
+	held := make([]*heldFile, len(outs))
+	for i, o := range outs {
+		if o.path == "" {
+			continue
+		}
+		open := openHeldFile
+		if o.what == "lease file" {
+			open = func(_, path, dataRoot string) (*heldFile, error) { return openLeaseFile(path, dataRoot) }
+		}
+		h, err := open(o.what, o.path, s.dataRoot)
+		if err != nil {
+			closeHeld(held...)
+			return nil, err
+		}
+		held[i] = h
+	}
+	return held, nil
+}
+
+// closeHeld closes every held file given; nil entries are skipped.
+func closeHeld(hs ...*heldFile) {
+	for _, h := range hs {
+		h.close()
+	}
+}
+
 // setLeaseFile makes path (or none, "") the lease file this session
 // writes, its directory held from now on.
 func (sess *session) setLeaseFile(path string) error {
@@ -151,7 +238,7 @@ func (sess *session) setLeaseFile(path string) error {
 	if path == "" {
 		return nil
 	}
-	h, err := openLeaseFile(path)
+	h, err := openLeaseFile(path, sess.s.dataRoot)
 	if err != nil {
 		return err
 	}

@@ -16,7 +16,7 @@ func TestHeldFileWritesInTheDirectoryOpenedAtStart(t *testing.T) {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	h, err := openHeldFile("template destination", filepath.Join(dir, "out"))
+	h, err := openHeldFile("template destination", filepath.Join(dir, "out"), "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -57,16 +57,19 @@ func cmdRenew(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	signal.Notify(sigs, stopSignals...)
 	defer signal.Stop(notifyPassSignals()) // taken and dropped: they must not kill the sidecar
 	defer signal.Stop(sigs)
-	sess, err := newSession(ctx, s, stderr)
+	held, err := openOutputs(s, outputFile{"lease file", s.leaseFile})
 	if err != nil {
 		return err
 	}
+	sess, err := newSession(ctx, s, stderr)
+	if err != nil {
+		closeHeld(held...)
+		return err
+	}
+	sess.leaseFile, sess.leaseOut = s.leaseFile, held[0]
 	defer sess.logw.Close(logFlushTimeout)
 	defer sess.awaitLossHandled()
 	defer sess.closeOutputs()
-	if err := sess.setLeaseFile(s.leaseFile); err != nil {
-		return err
-	}
 	p := sess.provider
 	inst, err := p.Adopt(ctx, h)
 	if err != nil {

@@ -81,12 +81,32 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	acqCtx, cancelAcq := context.WithCancel(ctx)
 	defer cancelAcq()
 
-	sess, err := newSession(ctx, s, stderr)
+	// From here on the outputs are written in their directories as they
+	// are now (heldfile.go), never by walking their paths again. The
+	// default lease and peers files go to a directory claimed below.
+	outs := outputs()
+	if defaultLease {
+		outs[0].path = ""
+	}
+	if defaultPeers {
+		outs[1].path = ""
+	}
+	held, err := openOutputs(s, outs...)
 	if err != nil {
 		return err
 	}
+	for i, t := range s.templates {
+		t.out = held[2+i]
+	}
+	sess, err := newSession(ctx, s, stderr)
+	if err != nil {
+		closeHeld(held...)
+		return err
+	}
+	sess.leaseOut, sess.peersOut = held[0], held[1]
 	defer sess.logw.Close(logFlushTimeout)
 	defer sess.awaitLossHandled() // on every path, before the log's last flush
+	defer sess.closeOutputs()
 	go sess.relaySignals(ctx, passed)
 	if defaultLease {
 		path, cleanup, err := claimDefaultLeaseFile(sess.log)
@@ -102,14 +122,16 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return err
 		}
 	}
-	// From here on the outputs are written in their directories as they
-	// are now (heldfile.go), never by walking their paths again.
-	defer sess.closeOutputs()
-	if err := sess.setLeaseFile(s.leaseFile); err != nil {
-		return err
+	sess.leaseFile = s.leaseFile
+	if defaultLease {
+		if err := sess.setLeaseFile(s.leaseFile); err != nil {
+			return err
+		}
 	}
-	if sess.peersOut, err = openHeldFile("peers file", s.peersFile); err != nil {
-		return err
+	if defaultPeers {
+		if sess.peersOut, err = openHeldFile("peers file", s.peersFile, s.dataRoot); err != nil {
+			return err
+		}
 	}
 	defer sess.stopWaiting()
 	p := sess.provider

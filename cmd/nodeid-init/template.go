@@ -81,13 +81,7 @@ func parseTemplates(v string) ([]*templateSpec, error) {
 		if err := checkWritableFile("template destination", dst); err != nil {
 			return nil, err
 		}
-		// Held from now on: dst is rendered again at every peer change, and
-		// its path (often under the shared data root) is not walked again.
-		h, err := openHeldFile("template destination", dst)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, &templateSpec{src: src, dst: dst, tmpl: t, out: h})
+		out = append(out, &templateSpec{src: src, dst: dst, tmpl: t})
 	}
 	return out, nil
 }

@@ -14,6 +14,9 @@ func TestShquoteInTemplatesIsDataForTheShell(t *testing.T) {
 	src := writeTemplate(t, dir, "node.env.tmpl", "DATA_DIR={{shquote .DataDir}}\nTASK={{shquote .TaskID}}\nEMPTY={{shquote .Address}}\n")
 	dst := filepath.Join(dir, "node.env")
 	specs, err := parseTemplates(src + ":" + dst)
+	if err == nil {
+		err = holdTemplateOutputs(specs)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,6 +29,9 @@ func TestTemplatesRender(t *testing.T) {
 		"\n{{range .Peers}}{{.ID}} {{host .Address}} {{port .Address}}|{{end}}\n")
 	dst := filepath.Join(dir, "server.properties")
 	specs, err := parseTemplates(src + ":" + dst)
+	if err == nil {
+		err = holdTemplateOutputs(specs)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,6 +110,9 @@ func TestBadTemplatesAreUsageErrors(t *testing.T) {
 	})
 	t.Run("dry run catches a missing field", func(t *testing.T) {
 		specs, err := parseTemplates(writeTemplate(t, dir, "field.tmpl", "{{.NodeId}}") + ":" + filepath.Join(dir, "x"))
+		if err == nil {
+			err = holdTemplateOutputs(specs)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -120,6 +126,9 @@ func TestBadTemplatesAreUsageErrors(t *testing.T) {
 		// Fails only when a peer has no address, which the dry run never has.
 		strict := writeTemplate(t, dir, "strict.tmpl", `{{range .Peers}}{{if not .Address}}{{template "unknown-address"}}{{end}}{{end}}`)
 		specs, err := parseTemplates(good + ":" + ok + "," + strict + ":" + bad)
+		if err == nil {
+			err = holdTemplateOutputs(specs)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -174,4 +183,17 @@ func gaugeValue(t *testing.T, m *metrics, name string) float64 {
 	}
 	t.Fatalf("no series %s", name)
 	return 0
+}
+
+// holdTemplateOutputs opens the destinations' directories, as run does at
+// its start (openOutputs), with no data root.
+func holdTemplateOutputs(specs []*templateSpec) error {
+	for _, t := range specs {
+		h, err := openHeldFile("template destination", t.dst, "")
+		if err != nil {
+			return err
+		}
+		t.out = h
+	}
+	return nil
 }
