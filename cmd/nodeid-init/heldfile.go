@@ -246,9 +246,13 @@ func (sess *session) setLeaseFile(path string) error {
 	return nil
 }
 
-// closeOutputs releases the held directories (never on the way to a kill:
-// it runs when the command returns).
+// closeOutputs releases the held directories once a loss, if any, has been
+// handled: the provider writes `lost` to the lease file after the kill and
+// its restore (awaitLossHandled), and a directory closed before would leave
+// the file saying `held` until its deadline, `health` passing meanwhile.
+// Never on the way to a kill: it runs when the command returns.
 func (sess *session) closeOutputs() {
+	sess.awaitLossHandled()
 	sess.leaseOut.close()
 	sess.peersOut.close()
 	for _, t := range sess.s.templates {

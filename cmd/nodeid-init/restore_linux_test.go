@@ -39,6 +39,21 @@ func TestLossDuringTheInitContainersPreparationStillRestoresTheVersion(t *testin
 	checkVersionRestored(t, c, 2, "acquire (holder of v2, lost while preparing) exited without restoring e2e/0.json at its version:\n"+holder.out.String())
 }
 
+// The same loss leaves the init container's lease file saying `lost`:
+// acquire closed its held directory before it waited for the loss to be
+// handled, and the provider's `lost` write, after the restore, found it
+// closed; `health` passed on `held` until the old deadline.
+func TestLossDuringTheInitContainersPreparationLeavesTheLeaseFileSayingLost(t *testing.T) {
+	leaseFile := filepath.Join(t.TempDir(), "lease.json")
+	_, srv, px, _, holder := startSlowTakeover(t, 3*time.Second, "NODEID_LEASE_FILE="+leaseFile)
+	px.arm()
+	deleteObject(t, srv, "e2e/0.json")
+	if code := holder.wait(t, 60*time.Second); code != 3 {
+		t.Fatalf("acquire exited %d, want 3 (lost during the preparation):\n%s", code, holder.out.String())
+	}
+	checkLeaseFileSaysLost(t, leaseFile, holder.out.String())
+}
+
 // startSlowTakeover starts `acquire` (L = 8 s, R = 2 s, and env) taking
 // over node 0 from a dead holder of v1 whose 400 files sit on a data root
 // where every metadata operation costs 10 ms, so the preparation runs for

@@ -8,12 +8,16 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nodeid/nodeid/internal/s3test"
+	"github.com/nodeid/nodeid/leasefile"
 	"github.com/nodeid/nodeid/nodeid"
 )
 
@@ -233,5 +237,50 @@ func checkVersionRestored(t *testing.T, c *cluster, want nodeid.Version, missing
 		t.Fatal(err)
 	case rec.Lease.Instance.Version < want:
 		t.Errorf("after the loss 0.json records v%d, below the holder's v%d", rec.Lease.Instance.Version, want)
+	}
+}
+
+// A loss before the command starts leaves the lease file saying `lost`:
+// run closed the held lease-file directory (closeOutputs) before it waited
+// for the provider to finish the loss (awaitLossHandled), and the
+// provider's `lost` write, which comes after its restore, found the
+// directory closed. The file kept saying `held` until its deadline, and
+// `nodeid-init health` passed meanwhile on a lease already lost.
+//
+// Schedule as in the test above (L = 8 s, R = 2 s): the peers table is
+// read slowly before the start, 0.json is deleted, the renewal loses it,
+// and the restore meets 503 for 3 s; run returns on the loss at once.
+func TestALossBeforeTheCommandStartsLeavesTheLeaseFileSayingLost(t *testing.T) {
+	srv := s3test.StartVersity(t)
+	c := newCluster(t, srv, 5) // five peers to read, slowly: past the renewal
+	c.env = append(c.env, "NODEID_ALLOWED_IDS=0", "NODEID_LEASE_DURATION=8s", "NODEID_RENEW_INTERVAL=2s")
+	leaseFile := filepath.Join(t.TempDir(), "lease.json")
+	px := newRestoreProxy(t, srv.URL, "e2e/0.json", 800*time.Millisecond, 3*time.Second)
+	holder := c.start("holder", []string{"AWS_ENDPOINT_URL_S3=" + px.URL, "NODEID_LEASE_FILE=" + leaseFile}, "run", "--", "sh", "-c", childScript)
+	waitFor(t, 30*time.Second, "the acquisition", func() bool { return strings.Contains(holder.out.String(), "acquired node id") })
+	px.arm()
+	deleteObject(t, srv, "e2e/0.json")
+	if code := holder.wait(t, 20*time.Second); code != 3 {
+		t.Fatalf("holder exited %d, want 3 (lost before its command started):\n%s", code, holder.out.String())
+	}
+	if _, err := os.Stat(holder.report); err == nil {
+		t.Fatal("the command started although the lease was lost before")
+	}
+	checkLeaseFileSaysLost(t, leaseFile, holder.out.String())
+}
+
+// checkLeaseFileSaysLost checks, once the process exited, that its lease
+// file says `lost` and `health` fails on it.
+func checkLeaseFileSaysLost(t *testing.T, leaseFile, out string) {
+	t.Helper()
+	l, err := leasefile.Read(leaseFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.State != leasefile.StateLost {
+		t.Errorf("after the loss the lease file says %q (valid %v), want %q:\n%s", l.State, l.Valid(), leasefile.StateLost, out)
+	}
+	if b, err := exec.Command(binary, "health", "--lease-file", leaseFile).CombinedOutput(); err == nil {
+		t.Errorf("health passes on the lease file of a lost lease:\n%s", b)
 	}
 }

@@ -113,7 +113,8 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if err != nil {
 			return err
 		}
-		defer cleanup()
+		// After the provider's `lost` write, as closeOutputs.
+		defer func() { sess.awaitLossHandled(); cleanup() }()
 		s.leaseFile, leasePath = path, path
 		if defaultPeers {
 			s.peersFile = defaultPeersFile(path)
