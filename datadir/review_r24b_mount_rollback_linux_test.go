@@ -29,11 +29,16 @@ import (
 //  2. B acquires v3; removeLeftoversBelow judges v2 A's leftover, claims
 //     it, renames it to its garbage name, removes the name aside (none),
 //     and lists it.
-//  3. A resumes: writeMarkerAside, its recheck (nothing removed yet, it
-//     passes), publishMarker (linkat into the garbage directory it holds
-//     open); then it is SIGKILLed before its unlink of the in-progress
-//     file could fail and unmark. Meanwhile a file system is mounted on
-//     v2/z (a mount arriving mid-walk).
+//  3. A resumes: writeMarkerAside, its recheck, publishMarker (linkat
+//     into the garbage directory it holds open); then it is SIGKILLed
+//     before its unlink of the in-progress file could fail and unmark.
+//     Meanwhile a file system is mounted on v2/z (a mount arriving
+//     mid-walk). Reachability: this tree's own recheck refuses here (the
+//     claim file is an entry it did not make), so A is a preparer of the
+//     released 0.1.0 (ec9b1e1: its recheck ignores entries it did not
+//     make, and nothing was removed yet) during a rolling upgrade, or any
+//     writer of the marker that skips that recheck. The test performs A's
+//     writeMarkerAside and publishMarker itself.
 //  4. B removes d0..d3, meets the mount at z (errMountPoint) and renames
 //     the garbage directory back to v2: A's marker is now a valid marker
 //     of v2, over nothing but z. B's lease is lost mid-copy (cancelled).
