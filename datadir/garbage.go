@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path"
 	"slices"
@@ -41,6 +42,15 @@ func garbageName(v node.Version, ino uint64) string {
 	return "." + versionDirName(v) + "." + strconv.FormatUint(ino, 10) + garbageSuffix
 }
 
+// altGarbageName is garbageName with a random tag, for when that name is
+// taken (planted): .vJ.<inode>-<random>.nodeid-removing.
+func altGarbageName(v node.Version, ino uint64) string {
+	return "." + versionDirName(v) + "." + strconv.FormatUint(ino, 10) + "-" + strconv.FormatUint(rand.Uint64(), 10) + garbageSuffix
+}
+
+// garbageNameTries bounds the names moveToGarbage tries.
+const garbageNameTries = 4
+
 // parseGarbageName returns the version of a garbage name.
 func parseGarbageName(name string) (node.Version, bool) {
 	rest, ok := strings.CutPrefix(name, ".")
@@ -51,10 +61,15 @@ func parseGarbageName(name string) (node.Version, bool) {
 		return 0, false
 	}
 	vname, ino, ok := strings.Cut(rest, ".")
-	if !ok || ino == "" || strings.Trim(ino, "0123456789") != "" {
+	ino, tag, tagged := strings.Cut(ino, "-")
+	if !ok || !isDecimal(ino) || tagged && !isDecimal(tag) {
 		return 0, false
 	}
 	return parseVersionDirName(vname)
+}
+
+func isDecimal(s string) bool {
+	return s != "" && strings.Trim(s, "0123456789") == ""
 }
 
 // ownFileNames are the files of ours a version directory can hold at its
@@ -114,9 +129,18 @@ func moveToGarbage(node *os.File, e *entry) error {
 	if err != nil {
 		return err
 	}
+	// A name taken (planted by whoever can write node-N) is not ours
+	// to replace; another, unguessable, is tried.
 	g := garbageName(e.v, want.Ino)
-	if err := renameNoReplace(node, e.name, g); err != nil {
-		return err
+	for i := 1; ; i++ {
+		err = renameNoReplace(node, e.name, g)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, unix.EEXIST) || i == garbageNameTries {
+			return err
+		}
+		g = altGarbageName(e.v, want.Ino)
 	}
 	// Swapped between the check and the rename: what was renamed is not
 	// what was judged, and nothing of it is removed.
