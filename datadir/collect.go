@@ -74,6 +74,7 @@ func collect(ctx context.Context, node *os.File, nodePath string, current node.V
 	}
 	var (
 		removed, notOurs []string
+		left             []string // garbage names left at a mount this run
 		errs             []error
 		valid            int // valid versions seen so far, newest first
 	)
@@ -96,17 +97,21 @@ func collect(ctx context.Context, node *os.File, nodePath string, current node.V
 			e.close()
 			continue
 		case e.st == stateValid:
-			err = removeValid(node, e, c, steps)
+			err = removeValid(node, &e, c, steps)
 		case e.st == stateLeftover, e.st == stateEmpty, e.st == stateNoData:
-			err = removeUnfinished(node, e, steps)
+			err = removeUnfinished(node, &e, steps)
 		default:
 			notOurs = append(notOurs, p)
 			continue
 		}
 		e.close()
 		if errors.Is(err, errMountPoint) {
+			// Under its garbage name if the mount was met while
+			// emptying it (e.name): left there, never renamed back.
+			p = filepath.Join(nodePath, e.name)
 			notOurs = append(notOurs, p)
 			mounts = append(mounts, p)
+			left = append(left, e.name)
 			log.Warn("not ours, left in place: a mount point", "dir", p, "err", err)
 			continue
 		}
@@ -119,7 +124,7 @@ func collect(ctx context.Context, node *os.File, nodePath string, current node.V
 	}
 	// What removals left out of the versions (a crash, a stale
 	// preparer's late write): judged, and finished.
-	gr, gn, gm, ge := collectGarbage(node, nodePath, current, c, steps)
+	gr, gn, gm, ge := collectGarbage(node, nodePath, current, c, left, steps)
 	for _, p := range gr {
 		log.Info("removed what a removal left", "dir", p)
 	}
@@ -139,41 +144,33 @@ func collect(ctx context.Context, node *os.File, nodePath string, current node.V
 // versions (moveToGarbage), durably, then emptied, its marker first
 // (removeGarbage). A crash at any point leaves the directory valid and
 // whole, or garbage that is positively ours.
-func removeValid(node *os.File, e entry, c Cluster, steps *atomic.Int64) error {
+func removeValid(node *os.File, e *entry, c Cluster, steps *atomic.Int64) error {
 	if err := checkVersionNotMount(node, e.dir); err != nil {
 		return err
 	}
-	return removeMoved(node, &e, steps)
+	return removeMoved(node, e, steps)
 }
 
 // removeMoved renames e out of the versions, then removes it. A mount
 // point met below it (one the mount table did not show) stops the removal
-// there, and the directory gets its version's name back: what is left of
-// it is not ours, and is where the operator expects it.
+// there; what is left stays under its garbage name, never renamed back
+// into the versions: a stale preparer may have linked its marker into it
+// meanwhile, which must never vouch for a half-emptied directory. Every
+// GC reports it (a mount point) until it is unmounted, then finishes it.
 func removeMoved(node *os.File, e *entry, steps *atomic.Int64) error {
-	name := e.name
 	if err := moveToGarbage(node, e); err != nil {
 		return err
 	}
-	err := removeGarbage(node, e.name, e.dir, steps)
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, errMountPoint):
-		if rerr := renameNoReplace(node, e.name, name); rerr == nil {
-			if serr := syncFile(node); serr != nil {
-				return errors.Join(err, serr)
-			}
-			return err
-		}
+	if err := removeGarbage(node, e.name, e.dir, steps); err != nil {
+		return fmt.Errorf("%w: %s: %w", errGarbageLeft, e.name, err)
 	}
-	return fmt.Errorf("%w: %s: %w", errGarbageLeft, e.name, err)
+	return nil
 }
 
 // removeUnfinished removes our leftover, or an empty directory or one with
 // only an in-progress file (which must still be the file judged); the
 // latter two with rmdir(2), which fails if anything was written meanwhile.
-func removeUnfinished(node *os.File, e entry, steps *atomic.Int64) error {
+func removeUnfinished(node *os.File, e *entry, steps *atomic.Int64) error {
 	if err := checkVersionNotMount(node, e.dir); err != nil {
 		return err
 	}
@@ -200,9 +197,9 @@ func removeUnfinished(node *os.File, e entry, steps *atomic.Int64) error {
 // directory out of the versions, then empties and removes it. It works
 // below the directory inspect judged (e.dir), never by path, and follows
 // no symlink.
-func removeLeftover(node *os.File, e entry, steps *atomic.Int64) error {
+func removeLeftover(node *os.File, e *entry, steps *atomic.Int64) error {
 	if e.removing {
-		return removeMoved(node, &e, steps)
+		return removeMoved(node, e, steps)
 	}
 	if _, err := sameAt(node, e.name, e.dir); err != nil {
 		return err
@@ -228,7 +225,7 @@ func removeLeftover(node *os.File, e entry, steps *atomic.Int64) error {
 	if testHookAfterClaim != nil {
 		testHookAfterClaim(e.dir.Name())
 	}
-	return removeMoved(node, &e, steps)
+	return removeMoved(node, e, steps)
 }
 
 // testHookAfterClaim runs after removeLeftover claimed a leftover, before
@@ -245,6 +242,7 @@ func removeLeftoversBelow(node *os.File, nodePath string, k node.Version, c Clus
 		log.Warn("listing leftovers", "dir", nodePath, "err", err)
 		return nil, nil
 	}
+	var left []string // garbage names left at a mount just now
 	for _, v := range vs {
 		if v >= k {
 			continue
@@ -256,9 +254,10 @@ func removeLeftoversBelow(node *os.File, nodePath string, k node.Version, c Clus
 			continue
 		}
 		if e.st == stateLeftover || e.st == stateEmpty || e.st == stateNoData {
-			if err := removeUnfinished(node, e, steps); errors.Is(err, errMountPoint) {
-				mounts = append(mounts, filepath.Join(nodePath, name))
-				log.Warn("not ours, left in place: a mount point", "dir", filepath.Join(nodePath, name), "err", err)
+			if err := removeUnfinished(node, &e, steps); errors.Is(err, errMountPoint) {
+				// e.name: its garbage name if met while emptying it.
+				mounts, left = append(mounts, filepath.Join(nodePath, e.name)), append(left, e.name)
+				log.Warn("not ours, left in place: a mount point", "dir", filepath.Join(nodePath, e.name), "err", err)
 			} else if err != nil {
 				log.Warn("removing a leftover", "dir", filepath.Join(nodePath, name), "err", err)
 			} else {
@@ -268,7 +267,7 @@ func removeLeftoversBelow(node *os.File, nodePath string, k node.Version, c Clus
 		}
 		e.close()
 	}
-	gr, _, gm, ge := collectGarbage(node, nodePath, k, c, steps)
+	gr, _, gm, ge := collectGarbage(node, nodePath, k, c, left, steps)
 	for _, p := range gr {
 		log.Info("removed what a removal left, before preparing", "dir", p)
 	}

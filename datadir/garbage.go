@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path"
 	"slices"
@@ -41,6 +42,15 @@ func garbageName(v node.Version, ino uint64) string {
 	return "." + versionDirName(v) + "." + strconv.FormatUint(ino, 10) + garbageSuffix
 }
 
+// altGarbageName is garbageName with a random tag, for when that name is
+// taken (planted): .vJ.<inode>-<random>.nodeid-removing.
+func altGarbageName(v node.Version, ino uint64) string {
+	return "." + versionDirName(v) + "." + strconv.FormatUint(ino, 10) + "-" + strconv.FormatUint(rand.Uint64(), 10) + garbageSuffix
+}
+
+// garbageNameTries bounds the names moveToGarbage tries.
+const garbageNameTries = 4
+
 // parseGarbageName returns the version of a garbage name.
 func parseGarbageName(name string) (node.Version, bool) {
 	rest, ok := strings.CutPrefix(name, ".")
@@ -51,10 +61,15 @@ func parseGarbageName(name string) (node.Version, bool) {
 		return 0, false
 	}
 	vname, ino, ok := strings.Cut(rest, ".")
-	if !ok || ino == "" || strings.Trim(ino, "0123456789") != "" {
+	ino, tag, tagged := strings.Cut(ino, "-")
+	if !ok || !isDecimal(ino) || tagged && !isDecimal(tag) {
 		return 0, false
 	}
 	return parseVersionDirName(vname)
+}
+
+func isDecimal(s string) bool {
+	return s != "" && strings.Trim(s, "0123456789") == ""
 }
 
 // ownFileNames are the files of ours a version directory can hold at its
@@ -114,9 +129,18 @@ func moveToGarbage(node *os.File, e *entry) error {
 	if err != nil {
 		return err
 	}
+	// A name taken (planted by whoever can write node-N) is not ours
+	// to replace; another, unguessable, is tried.
 	g := garbageName(e.v, want.Ino)
-	if err := renameNoReplace(node, e.name, g); err != nil {
-		return err
+	for i := 1; ; i++ {
+		err = renameNoReplace(node, e.name, g)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, unix.EEXIST) || i == garbageNameTries {
+			return err
+		}
+		g = altGarbageName(e.v, want.Ino)
 	}
 	// Swapped between the check and the rename: what was renamed is not
 	// what was judged, and nothing of it is removed.
@@ -128,11 +152,13 @@ func moveToGarbage(node *os.File, e *entry) error {
 }
 
 // removeGarbage empties the garbage directory name of node, open as d, and
-// removes it. The marker goes first, durably, renamed to removingName (a
-// copy from it, begun while it was a valid version, fails its
-// sourceStillValid check), and the name aside, so that no stale preparer's
-// linkat can publish one any more; then everything but our own files; then
-// those. A stale preparer may still write into it through its descriptor
+// removes it. First the marker's name aside goes, so that no linkat
+// (publishMarker) of a stale preparer can put a marker in place any more;
+// only then the marker, durably, renamed to removingName (a copy from it,
+// begun while it was a valid version, fails its sourceStillValid check),
+// and again after the listing; then everything but our own files; then
+// those. Why no window remains: see docs/datadir.md, Garbage collection.
+// A stale preparer may still write into it through its descriptor
 // meanwhile: rmdir then fails (not empty), and it is emptied again, at
 // most three times; what is left, the next garbage collection removes.
 func removeGarbage(node *os.File, name string, d *os.File, steps *atomic.Int64) error {
@@ -144,17 +170,12 @@ func removeGarbage(node *os.File, name string, d *os.File, steps *atomic.Int64) 
 	}
 	var err error
 	for range 3 {
-		fd := int(d.Fd())
-		var st unix.Stat_t
-		if fstatat(fd, MarkerName, &st) == nil {
-			if err := unix.Renameat(fd, MarkerName, fd, removingName); err != nil && err != unix.ENOENT {
-				return &os.LinkError{Op: "renameat", Old: path.Join(d.Name(), MarkerName), New: path.Join(d.Name(), removingName), Err: err}
-			}
-			if err := syncFile(d); err != nil {
-				return err
-			}
+		// removeAllAt: whatever is there (a directory planted under the
+		// name is as much the version's content as any other).
+		if err := removeAllAt(d, markerAsideName, steps); err != nil {
+			return err
 		}
-		if err := unlinkAt(d, markerAsideName); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := unpublishMarker(d, steps); err != nil {
 			return err
 		}
 		names, err := readDirNames(d)
@@ -163,6 +184,11 @@ func removeGarbage(node *os.File, name string, d *os.File, steps *atomic.Int64) 
 		}
 		if testHookGarbageListed != nil {
 			testHookGarbageListed(name)
+		}
+		// A marker linked since the look by a writer that takes no heed
+		// of the claim (an earlier release's preparer).
+		if err := unpublishMarker(d, steps); err != nil {
+			return err
 		}
 		// Ours last: a crash halfway leaves it recognisably ours.
 		slices.SortStableFunc(names, func(a, b string) int {
@@ -180,6 +206,29 @@ func removeGarbage(node *os.File, name string, d *os.File, steps *atomic.Int64) 
 	return err
 }
 
+// unpublishMarker renames the marker of the garbage directory d, if any,
+// to removingName, durably. Something planted there that a rename of a
+// file cannot replace (a directory) is content of the version like any
+// other: it is removed, and the rename made again.
+func unpublishMarker(d *os.File, steps *atomic.Int64) error {
+	fd := int(d.Fd())
+	var st unix.Stat_t
+	if fstatat(fd, MarkerName, &st) != nil {
+		return nil
+	}
+	err := unix.Renameat(fd, MarkerName, fd, removingName)
+	if err == unix.EISDIR || err == unix.ENOTEMPTY || err == unix.EEXIST {
+		if rerr := removeAllAt(d, removingName, steps); rerr != nil {
+			return rerr
+		}
+		err = unix.Renameat(fd, MarkerName, fd, removingName)
+	}
+	if err != nil && err != unix.ENOENT {
+		return &os.LinkError{Op: "renameat", Old: path.Join(d.Name(), MarkerName), New: path.Join(d.Name(), removingName), Err: err}
+	}
+	return syncFile(d)
+}
+
 // testHookGarbageListed runs after removeGarbage listed what it removes.
 var testHookGarbageListed func(name string)
 
@@ -194,8 +243,9 @@ func boolInt(b bool) int {
 // says whether it is what a removal of ours renamed, judged as the
 // original was: it still holds our claimed or unclaimed in-progress file
 // naming v and c, a marker of v (a valid version, or one being removed),
-// or nothing but our own small files (a stale preparer's late marker
-// after the rest was removed). d is nil if it is not ours or gone.
+// or nothing but our own files, each what it is named (a stale preparer's
+// late marker after the rest was removed). d is nil if it is not ours or
+// gone.
 func judgeGarbage(node *os.File, name string, v node.Version, c Cluster) (d *os.File, why string, err error) {
 	d, err = openDirAt(node, name)
 	switch {
@@ -221,29 +271,46 @@ func garbageIsOurs(d *os.File, v node.Version, c Cluster) (bool, error) {
 		}
 	}
 	for _, n := range []string{MarkerName, removingName} {
-		switch _, err := readMarkerAt(d, n, v); {
-		case err == nil:
-			return true, nil
-		case !errors.Is(err, errNoMarker) && !errors.Is(err, errBadMarker):
-			return false, err
+		if ours, err := ownMarkerAt(d, n, v); err != nil || ours {
+			return ours, err
 		}
 	}
 	names, err := readDirNames(d)
 	if err != nil {
 		return false, err
 	}
+	// Nothing else: every file is one of ours by its content, not its
+	// name alone (a tenant's file can have any name). The in-progress
+	// and marker names were judged above; what is left to accept is the
+	// marker's name aside holding a marker of v.
 	for _, n := range names {
-		var st unix.Stat_t
-		if !slices.Contains(ownFileNames, n) || fstatat(int(d.Fd()), n, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		if n != markerAsideName {
 			return false, nil
+		}
+		if ours, err := ownMarkerAt(d, n, v); err != nil || !ours {
+			return false, err
 		}
 	}
 	return true, nil
 }
 
+// ownMarkerAt reports whether file in d is a marker of v (a small regular
+// file: see readSmallFileAt). Only an I/O error is an error.
+func ownMarkerAt(d *os.File, file string, v node.Version) (bool, error) {
+	switch _, err := readMarkerAt(d, file, v); {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, errNoMarker), errors.Is(err, errBadMarker):
+		return false, nil
+	default:
+		return false, err
+	}
+}
+
 // collectGarbage finishes the removals of versions below k that a crash, or
-// a stale preparer's late write, left in garbage directories.
-func collectGarbage(node *os.File, nodePath string, k node.Version, c Cluster, steps *atomic.Int64) (removed, notOurs, mounts []string, errs []error) {
+// a stale preparer's late write, left in garbage directories; skip are the
+// ones this run just left at a mount point (reported already).
+func collectGarbage(node *os.File, nodePath string, k node.Version, c Cluster, skip []string, steps *atomic.Int64) (removed, notOurs, mounts []string, errs []error) {
 	names, err := readDirNames(node)
 	if err != nil {
 		return nil, nil, nil, []error{fmt.Errorf("datadir: listing %s: %w", nodePath, err)}
@@ -251,7 +318,7 @@ func collectGarbage(node *os.File, nodePath string, k node.Version, c Cluster, s
 	slices.Sort(names)
 	for _, n := range names {
 		v, ok := parseGarbageName(n)
-		if !ok || v >= k {
+		if !ok || v >= k || slices.Contains(skip, n) {
 			continue
 		}
 		p := path.Join(nodePath, n)

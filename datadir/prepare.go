@@ -134,9 +134,15 @@ func prepare(ctx context.Context, root string, inst node.Instance, opts Options,
 	pre, mounts = append(a.freed, pre...), appendNew(a.mounts, mounts)
 	if p.target.st == stateLeftover || p.target.st == stateEmpty || p.target.st == stateNoData {
 		log.Warn("removing leftovers of an interrupted preparation", "dir", dir)
-		switch err := removeUnfinished(nodeDir.f, p.target, cfg.steps); {
+		switch err := removeUnfinished(nodeDir.f, &p.target, cfg.steps); {
 		case err == nil:
-		case errors.Is(err, errGarbageLeft) && !errors.Is(err, errMountPoint):
+		case errors.Is(err, errGarbageLeft) && errors.Is(err, errMountPoint):
+			// Out of the versions, and left there (never renamed back):
+			// the target's name is free.
+			g := filepath.Join(nodePath, p.target.name)
+			mounts = appendNew(mounts, []string{g})
+			log.Warn("not ours, left in place: a mount point", "dir", g, "err", err)
+		case errors.Is(err, errGarbageLeft):
 			// Out of the versions: the target's name is free.
 			log.Warn("the leftovers of an interrupted preparation are not all removed; garbage collection finishes them", "dir", dir, "err", err)
 		default:
