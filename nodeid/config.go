@@ -80,7 +80,9 @@ type Config struct {
 	// fails open, with a warning). Zero means ready at once.
 	ReadinessTimeout time.Duration
 	// MappingsRefreshInterval: how often the holder reads its peers' leases
-	// to learn their versions. Default L.
+	// to learn their versions. Default L × max(1, ClusterSize/333): the
+	// cluster's listing rate stays about constant above 333 nodes
+	// (docs/design.md, "Learning peers at scale").
 	MappingsRefreshInterval time.Duration
 
 	// OnLost is called once, outside any lock, when the lease is lost. The
@@ -129,7 +131,7 @@ func (c Config) WithDefaults() Config {
 		c.PollInterval = DefaultPollInterval
 	}
 	if c.MappingsRefreshInterval == 0 {
-		c.MappingsRefreshInterval = c.LeaseDuration
+		c.MappingsRefreshInterval = c.LeaseDuration * time.Duration(max(1, c.ClusterSize/refreshNodesPerL))
 	}
 	if c.Strategy == "" {
 		c.Strategy = StrategySpread

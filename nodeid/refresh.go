@@ -11,6 +11,12 @@ import (
 func (p *Provider) refreshLoop() {
 	t := p.cfg.Clock.NewTimer(time.Hour)
 	defer t.Stop()
+	tr, cached := p.repo.(TenureRepository)
+	c := newPeerCache()
+	if cached {
+		// Published at once, so that peers' next refresh learns the tenure.
+		p.publishTenure(tr, c)
+	}
 	for {
 		interval := p.cfg.MappingsRefreshInterval
 		p.mu.Lock()
@@ -24,7 +30,11 @@ func (p *Provider) refreshLoop() {
 		case <-p.done:
 			return
 		}
-		p.refresh()
+		if cached {
+			p.refreshCached(tr, c)
+		} else {
+			p.refresh()
+		}
 	}
 }
 

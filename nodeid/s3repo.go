@@ -135,7 +135,7 @@ type S3Repository struct {
 	requests atomic.Int64
 }
 
-var _ Repository = (*S3Repository)(nil)
+var _ TenureRepository = (*S3Repository)(nil)
 
 // NewS3Repository returns a repository on bucket. The prefix (may be empty)
 // lets several clusters share a bucket; requestTimeout bounds every request
@@ -168,9 +168,12 @@ func (r *S3Repository) List(ctx context.Context) (Listing, error) {
 	)
 	for page := 0; ; page++ {
 		cctx, cancel := context.WithTimeout(ctx, r.timeout)
+		// The delimiter folds every sub-prefix (the tenure objects') into
+		// one entry: lease keys have no "/" after the prefix.
 		out, err := r.client.ListObjectsV2(cctx, &s3.ListObjectsV2Input{
 			Bucket:            &r.bucket,
 			Prefix:            &r.prefix,
+			Delimiter:         aws.String("/"),
 			ContinuationToken: token,
 		}, r.count)
 		cancel()
@@ -203,6 +206,65 @@ func (r *S3Repository) List(ctx context.Context) (Listing, error) {
 	}
 	sort.Slice(listing.Slots, func(i, j int) bool { return listing.Slots[i].ID < listing.Slots[j].ID })
 	return listing, nil
+}
+
+// ListTenures implements TenureRepository.
+func (r *S3Repository) ListTenures(ctx context.Context) ([]TenureObject, error) {
+	prefix := r.prefix + TenureKeyPrefix
+	var (
+		out   []TenureObject
+		token *string
+	)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, r.timeout)
+		page, err := r.client.ListObjectsV2(cctx, &s3.ListObjectsV2Input{
+			Bucket:            &r.bucket,
+			Prefix:            &prefix,
+			ContinuationToken: token,
+		}, r.count)
+		cancel()
+		if err != nil {
+			return nil, classify("list", prefix+"*", err)
+		}
+		for _, o := range page.Contents {
+			t, ok := ParseTenureKey(r.prefix, aws.ToString(o.Key))
+			if !ok {
+				continue
+			}
+			t.LastModified = aws.ToTime(o.LastModified)
+			out = append(out, t)
+		}
+		if !aws.ToBool(page.IsTruncated) || page.NextContinuationToken == nil {
+			return out, nil
+		}
+		token = page.NextContinuationToken
+	}
+}
+
+// CreateTenure implements TenureRepository.
+func (r *S3Repository) CreateTenure(ctx context.Context, t TenureObject) error {
+	key, ok := TenureKey(r.prefix, t)
+	if !ok {
+		return &StorageError{Op: "create tenure", Key: r.prefix + TenureKeyPrefix, Kind: ErrUnavailable, Err: errors.New("tenure cannot be named by a key")}
+	}
+	body := fmt.Sprintf(`{"id":%d,"version":%d,"taskId":%q,"address":%q,"leaseDurationMs":%d}`,
+		t.ID, t.Version, t.TaskID, t.Address, t.LeaseDuration.Milliseconds())
+	_, err := r.put(ctx, "create tenure", key, []byte(body), nil, "", true)
+	return err
+}
+
+// DeleteTenure implements TenureRepository.
+func (r *S3Repository) DeleteTenure(ctx context.Context, t TenureObject) error {
+	key, ok := TenureKey(r.prefix, t)
+	if !ok {
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	if _, err := r.client.DeleteObject(cctx, &s3.DeleteObjectInput{Bucket: &r.bucket, Key: &key}, r.count); err != nil {
+		return classify("delete tenure", key, err)
+	}
+	return nil
 }
 
 // Get implements Repository.
