@@ -39,28 +39,26 @@ func newPeerCache() *peerCache {
 	return &peerCache{peers: map[int]cachedPeer{}, confirmed: map[int]bool{}}
 }
 
-// publishTenure creates our tenure object, once per tenure (a 412 means an
-// earlier attempt or our hand-off's acquirer created it).
-func (p *Provider) publishTenure(tr TenureRepository, c *peerCache) {
-	if c.published {
-		return
+// publishTenure creates the tenure object of inst, which we hold, and
+// reports whether it exists (a 412: an earlier attempt, or our hand-off's
+// acquirer, created it). Without a TenureRepository there is nothing to do.
+func (p *Provider) publishTenure(inst NodeInstance) bool {
+	tr, ok := p.repo.(TenureRepository)
+	if !ok {
+		return true
 	}
-	p.mu.Lock()
-	inst := p.instance
-	p.mu.Unlock()
 	t := TenureObject{ID: inst.ID, Version: inst.Version, LeaseDuration: p.cfg.LeaseDuration, Address: p.cfg.Address, TaskID: p.cfg.TaskID}
 	if _, ok := TenureKey("", t); !ok {
-		c.published = true // cannot be named: peers read our lease instead
-		return
+		return true // cannot be named: peers read our lease instead
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.RequestTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.RequestTimeout/2)
 	err := tr.CreateTenure(ctx, t)
 	cancel()
 	if err == nil || errors.Is(err, ErrPreconditionFailed) {
-		c.published = true
-		return
+		return true
 	}
-	p.tlog.Debug("tenure object not written yet", "err", err)
+	p.log.Debug("tenure object not written yet", "node_id", inst.ID, "version", int64(inst.Version), "err", err)
+	return false
 }
 
 // collectTenures deletes the tenure objects of our own ID below our version:
@@ -87,10 +85,13 @@ func (p *Provider) collectTenures(tr TenureRepository, c *peerCache, inst NodeIn
 // tenure listing, GETs only where they do not explain a slot, and, until
 // ready, the reads readiness needs.
 func (p *Provider) refreshCached(tr TenureRepository, c *peerCache) {
-	p.publishTenure(tr, c)
 	p.mu.Lock()
 	inst, ready := p.instance, p.ready
+	c.published = c.published || p.published
 	p.mu.Unlock()
+	if !c.published {
+		c.published = p.publishTenure(inst)
+	}
 	listing, err := p.list(context.Background())
 	if err != nil {
 		p.setPeers(p.agedPeers(nil))

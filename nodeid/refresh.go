@@ -13,10 +13,6 @@ func (p *Provider) refreshLoop() {
 	defer t.Stop()
 	tr, cached := p.repo.(TenureRepository)
 	c := newPeerCache()
-	if cached {
-		// Published at once, so that peers' next refresh learns the tenure.
-		p.publishTenure(tr, c)
-	}
 	for {
 		interval := p.cfg.MappingsRefreshInterval
 		p.mu.Lock()

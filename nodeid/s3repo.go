@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -128,12 +129,61 @@ func NewS3Client(ctx context.Context, c S3Config) (*s3.Client, error) {
 
 // S3Repository keeps lease objects <prefix><id>.json in one bucket.
 type S3Repository struct {
-	client   *s3.Client
-	bucket   string
-	prefix   string
-	timeout  time.Duration
-	requests atomic.Int64
+	client    *s3.Client
+	bucket    string
+	prefix    string
+	timeout   time.Duration
+	requests  atomic.Int64
+	throttled atomic.Int64 // answers 503 (SlowDown) or 429
+	throttle  throttleLog
 }
+
+// throttleQuiet: throttling has ended once this long passed without a
+// throttled answer.
+const throttleQuiet = 10 * time.Second
+
+// throttleLog logs one line when S3 starts throttling and one when it
+// stopped, not one per request.
+type throttleLog struct {
+	mu      sync.Mutex
+	log     *slog.Logger
+	on      bool
+	last    time.Time
+	episode int64
+}
+
+func (t *throttleLog) observe(throttled bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := time.Now()
+	switch {
+	case throttled && !t.on:
+		t.on, t.last, t.episode = true, now, 1
+		if t.log != nil {
+			t.log.Warn("S3 is throttling requests (503 SlowDown): reads and listings back off with jitter; renewals retry until their deadline")
+		}
+	case throttled:
+		t.last = now
+		t.episode++
+	case t.on && now.Sub(t.last) >= throttleQuiet:
+		t.on = false
+		if t.log != nil {
+			t.log.Info("S3 throttling ended", "throttled_requests", t.episode)
+		}
+	}
+}
+
+// SetLogger makes the repository log when S3 starts and stops throttling
+// its requests (one line each).
+func (r *S3Repository) SetLogger(l *slog.Logger) {
+	r.throttle.mu.Lock()
+	r.throttle.log = l
+	r.throttle.mu.Unlock()
+}
+
+// Throttled returns how many answers were 503 (S3's SlowDown) or 429,
+// retries included.
+func (r *S3Repository) Throttled() int64 { return r.throttled.Load() }
 
 var _ TenureRepository = (*S3Repository)(nil)
 
@@ -449,17 +499,29 @@ func (r *S3Repository) Probe(ctx context.Context) error {
 
 // count is a per-operation option that counts every HTTP request sent.
 func (r *S3Repository) count(o *s3.Options) {
-	o.HTTPClient = countingClient{inner: o.HTTPClient, n: &r.requests}
+	o.HTTPClient = countingClient{inner: o.HTTPClient, r: r}
 }
 
+// countingClient counts requests and throttled answers. The SDK's standard
+// retryer (NewS3Client) retries a 503 SlowDown of a read or listing with
+// jittered exponential backoff within the request's timeout; PUTs are
+// never retried by it (the provider retries them, see design.md).
 type countingClient struct {
 	inner s3.HTTPClient
-	n     *atomic.Int64
+	r     *S3Repository
 }
 
 func (c countingClient) Do(req *http.Request) (*http.Response, error) {
-	c.n.Add(1)
-	return c.inner.Do(req)
+	c.r.requests.Add(1)
+	resp, err := c.inner.Do(req)
+	if err == nil {
+		throttled := resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusTooManyRequests
+		if throttled {
+			c.r.throttled.Add(1)
+		}
+		c.r.throttle.observe(throttled)
+	}
+	return resp, err
 }
 
 // classify maps an SDK error onto the storage error kinds.

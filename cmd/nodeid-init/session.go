@@ -114,6 +114,8 @@ func newSession(ctx context.Context, s *settings, stderr io.Writer) (_ *session,
 	if sess.repo, err = s.repository(ctx, log); err != nil {
 		return nil, err
 	}
+	sess.repo.SetLogger(sess.log)
+	registerThrottled(sess.metrics.reg, sess.repo.Throttled)
 	if err := s.probe(ctx, sess.repo, sess.log); err != nil {
 		return nil, err
 	}

@@ -50,12 +50,16 @@ type options struct {
 	skip           map[string]bool
 	datadirMB      int
 	efsFiles       int // > 0: only the graceful handover on the EFS-like mount, with this many files
+	scaleSizes     []int
+	scaleLegacy    []int // sizes also measured with the refresh of before issue 25
+	scaleLease     time.Duration
+	scaleOnly      bool
 	args           []string
 }
 
 func main() {
 	var o options
-	var sizes, awsSizes, skip, leases string
+	var sizes, awsSizes, skip, leases, scaleSizes, scaleLegacy string
 	flag.IntVar(&o.reps, "reps", 5, "repetitions of every scenario")
 	flag.BoolVar(&o.quick, "quick", false, "check that the program works: 1 repetition, N = 10 only, short windows")
 	flag.StringVar(&o.out, "out", "", "write the report (Markdown) to this file, e.g. docs/benchmarks.md; it is always printed")
@@ -65,11 +69,17 @@ func main() {
 	flag.DurationVar(&o.idleWindow, "idle-window", 60*time.Second, "steady-state measurement window")
 	flag.DurationVar(&o.stormTimeout, "storm-timeout", 3*time.Minute, "acquire timeout of each storm task")
 	flag.StringVar(&o.nodeidInit, "nodeid-init", "", "nodeid-init binary (default: built from ./cmd/nodeid-init)")
-	flag.StringVar(&skip, "skip", "", "scenarios to skip, comma-separated: storm,handover,failover,overwrite,blackhole,idle,efs-handover")
+	flag.StringVar(&skip, "skip", "", "scenarios to skip, comma-separated: storm,handover,failover,overwrite,blackhole,idle,efs-handover,scale")
 	flag.IntVar(&o.datadirMB, "datadir-mb", 0, "also run scripts/bench-datadir.sh with BENCH_DATADIR_MB set to this (0: only quote docs/datadir.md)")
 	flag.IntVar(&o.efsFiles, "efs-handover", 0, "run only the graceful handover of a data directory of this many files of 4 KiB on the EFS-like FUSE mount (root, /dev/fuse), and print its table (make bench-efs-handover)")
+	flag.StringVar(&scaleSizes, "scale-sizes", "10,100,1000", "cluster sizes of the steady-state scale scenario (in process, gofakes3)")
+	flag.StringVar(&scaleLegacy, "scale-before-sizes", "10,100", "scale sizes also measured with the refresh of before issue 25")
+	flag.DurationVar(&o.scaleLease, "scale-lease", 6*time.Second, "lease duration of the scale scenario (counts per L do not depend on it)")
+	flag.BoolVar(&o.scaleOnly, "scale-only", false, "run only the scale scenario (no VersityGW) and print its section")
 	flag.Parse()
 	o.args = os.Args[1:]
+	o.scaleSizes = intList("scale-sizes", scaleSizes)
+	o.scaleLegacy = intList("scale-before-sizes", scaleLegacy)
 	o.skip = map[string]bool{}
 	for _, s := range strings.Split(skip, ",") {
 		if s = strings.TrimSpace(s); s != "" {
@@ -114,6 +124,9 @@ func main() {
 	if o.reps < 1 {
 		fatalf("-reps must be >= 1")
 	}
+	if o.quick && !flagSet("scale-sizes") {
+		o.scaleSizes, o.scaleLegacy = []int{10}, []int{10}
+	}
 
 	// The whole run is bounded; a signal ends it and, through Pdeathsig,
 	// every process it started.
@@ -125,6 +138,22 @@ func main() {
 	if err := run(ctx, o); err != nil {
 		fatalf("%v", err)
 	}
+}
+
+// intList parses a comma-separated list of positive integers.
+func intList(name, s string) []int {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 {
+			fatalf("bad -%s %q", name, s)
+		}
+		out = append(out, n)
+	}
+	return out
 }
 
 func flagSet(name string) bool {
@@ -144,6 +173,20 @@ func progress(format string, args ...any) {
 
 func run(ctx context.Context, o options) error {
 	started := time.Now()
+	if o.scaleOnly {
+		r := &report{opts: o, start: started}
+		var err error
+		if r.scale, err = scaleAll(ctx, o.scaleSizes, o.scaleLegacy, o.scaleLease); err != nil {
+			return fmt.Errorf("scale: %w", err)
+		}
+		var b strings.Builder
+		r.scaleSection(&b)
+		fmt.Print(b.String())
+		for _, v := range r.verdicts {
+			fmt.Printf("- %s\n", v)
+		}
+		return nil
+	}
 	tmp, err := os.MkdirTemp("", "nodeid-bench-")
 	if err != nil {
 		return err
@@ -246,6 +289,11 @@ func run(ctx context.Context, o options) error {
 			return err
 		}); err != nil {
 			return err
+		}
+	}
+	if !o.skip["scale"] && len(o.scaleSizes) > 0 {
+		if r.scale, err = scaleAll(ctx, o.scaleSizes, o.scaleLegacy, o.scaleLease); err != nil {
+			return fmt.Errorf("scale: %w", err)
 		}
 	}
 	r.datadir = datadirFigures(ctx, o.datadirMB)

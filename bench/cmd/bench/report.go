@@ -47,6 +47,7 @@ type report struct {
 	overwrite   []overwriteRep
 	blackhole   []blackholeRep
 	idle        []idleRep
+	scale       []scaleRep
 	datadir     string
 
 	verdicts []string
@@ -113,6 +114,9 @@ func (r *report) body() string {
 	}
 	if len(r.idle) > 0 {
 		r.idleSection(&b)
+	}
+	if len(r.scale) > 0 {
+		r.scaleSection(&b)
 	}
 	r.datadirSection(&b)
 	return b.String()

@@ -1,0 +1,260 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/johannesboyne/gofakes3"
+	"github.com/johannesboyne/gofakes3/backend/s3mem"
+
+	"github.com/nodeid/nodeid/bench"
+	"github.com/nodeid/nodeid/nodeid"
+)
+
+// The scale scenario: N providers in this process on one in-process
+// gofakes3, in steady state, counted by operation. Counts per node per
+// lease duration do not depend on L, so a short L stands in for an
+// accelerated clock; the per-hour and per-second figures are for the
+// default L = 15 s.
+
+// scaleRep is one steady-state measurement of N nodes.
+type scaleRep struct {
+	N        int
+	Legacy   bool // the refresh of before issue 25: every peer read each time
+	L        time.Duration
+	Interval time.Duration // the refresh interval in use
+	Window   time.Duration
+	PerNodeL map[string]float64 // requests per node per L by kind
+	Settle   time.Duration      // from the start until every table was complete
+	TableOK  bool               // every table complete and right at the end
+}
+
+// legacyRepo hides the tenure methods: the provider falls back to reading
+// every peer at each refresh, as before issue 25.
+type legacyRepo struct{ nodeid.Repository }
+
+// scale measures n providers for window after every table is complete.
+func scale(ctx context.Context, n int, lease time.Duration, legacy bool) (scaleRep, error) {
+	h := gofakes3.New(s3mem.New(), gofakes3.WithoutVersioning()).Server()
+	hs := httptest.NewServer(h)
+	defer hs.Close()
+	st := newOpStats()
+	hc := &http.Client{Transport: &http.Transport{
+		DialContext:         (&net.Dialer{Timeout: 3 * time.Second}).DialContext,
+		MaxIdleConns:        4096,
+		MaxIdleConnsPerHost: 4096,
+		IdleConnTimeout:     30 * time.Second,
+	}}
+	client, err := nodeid.NewS3Client(ctx, nodeid.S3Config{Endpoint: hs.URL, Region: "us-east-1", PathStyle: true, AccessKey: "k", SecretKey: "s"})
+	if err != nil {
+		return scaleRep{}, err
+	}
+	client = s3.New(client.Options(), func(o *s3.Options) { o.HTTPClient = opClient{inner: hc, st: st} })
+	bucket := "scale"
+	if _, err := client.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(bucket)}); err != nil {
+		return scaleRep{}, err
+	}
+	s3repo, err := nodeid.NewS3Repository(client, bucket, "", 0)
+	if err != nil {
+		return scaleRep{}, err
+	}
+	var repo nodeid.Repository = s3repo
+	if legacy {
+		repo = legacyRepo{s3repo}
+	}
+	if err := nodeid.Initialize(ctx, repo, n, "bench", lease); err != nil {
+		return scaleRep{}, err
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	started := time.Now()
+	ps := make([]*nodeid.Provider, n)
+	addrs := map[int]string{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		p, err := nodeid.NewProvider(repo, nodeid.Config{
+			TaskID: fmt.Sprintf("task-%d", i), ClusterSize: n, LeaseDuration: lease,
+			Address: fmt.Sprintf("10.%d.%d.%d:26502", i/65536, i/256%256, i%256),
+			Logger:  quiet, OnLost: func(err error) { errs <- fmt.Errorf("task-%d lost its lease: %w", i, err) },
+		})
+		if err != nil {
+			return scaleRep{}, err
+		}
+		ps[i] = p
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			actx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+			defer cancel()
+			inst, err := p.Acquire(actx)
+			if err != nil {
+				errs <- fmt.Errorf("task-%d: %w", i, err)
+				return
+			}
+			mu.Lock()
+			addrs[inst.ID] = fmt.Sprintf("10.%d.%d.%d:26502", i/65536, i/256%256, i%256)
+			mu.Unlock()
+		}()
+	}
+	defer func() {
+		var cw sync.WaitGroup
+		for _, p := range ps {
+			cw.Add(1)
+			go func() {
+				defer cw.Done()
+				cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				_ = p.Close(cctx)
+			}()
+		}
+		cw.Wait()
+	}()
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return scaleRep{}, err
+	default:
+	}
+	complete := func() bool {
+		for _, p := range ps {
+			peers := p.Peers()
+			if len(peers) != n {
+				return false
+			}
+			for _, peer := range peers {
+				if peer.State != nodeid.PeerHeld || peer.Address != addrs[peer.ID] {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	interval := nodeid.Config{ClusterSize: n, LeaseDuration: lease}.WithDefaults().MappingsRefreshInterval
+	for !complete() {
+		if time.Since(started) > 10*time.Minute {
+			return scaleRep{}, fmt.Errorf("N = %d: the peer tables were not complete after 10 min", n)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	settle := time.Since(started)
+	window := max(4*lease, 3*interval)
+	before, _, _ := st.snapshot()
+	select {
+	case <-time.After(window):
+	case <-ctx.Done():
+		return scaleRep{}, ctx.Err()
+	case err := <-errs:
+		return scaleRep{}, err
+	}
+	after, _, _ := st.snapshot()
+	rep := scaleRep{N: n, Legacy: legacy, L: lease, Interval: interval, Window: window, Settle: settle, PerNodeL: map[string]float64{}}
+	perL := float64(window) / float64(lease)
+	for k, v := range after {
+		rep.PerNodeL[k] = float64(v-before[k]) / float64(n) / perL
+	}
+	rep.TableOK = complete()
+	select {
+	case err := <-errs:
+		return scaleRep{}, err
+	default:
+	}
+	return rep, nil
+}
+
+// scaleAll runs the scale scenario for each size, and the legacy refresh
+// for the sizes it can afford.
+func scaleAll(ctx context.Context, sizes []int, legacySizes []int, lease time.Duration) ([]scaleRep, error) {
+	var out []scaleRep
+	for _, legacy := range []bool{false, true} {
+		for _, n := range sizes {
+			if legacy && !containsInt(legacySizes, n) {
+				continue
+			}
+			progress("scale: N = %d%s, L = %v", n, map[bool]string{true: " (refresh before issue 25)"}[legacy], lease)
+			rep, err := scale(ctx, n, lease, legacy)
+			if err != nil {
+				return nil, err
+			}
+			progress("  %.1f requests per node per L (settled in %v)", total(rep.PerNodeL), rep.Settle.Round(time.Second))
+			out = append(out, rep)
+		}
+	}
+	return out, nil
+}
+
+func containsInt(xs []int, x int) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+func total(m map[string]float64) float64 {
+	s := 0.0
+	for _, v := range m {
+		s += v
+	}
+	return s
+}
+
+// scaleSection renders the scale scenario.
+func (r *report) scaleSection(b *strings.Builder) {
+	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	w("## Scale: steady state of N nodes\n\n")
+	w("N providers in one process on an in-process gofakes3, every ID held, measured once every peer table\n")
+	w("was complete, for max(4 L, 3 I) (I the refresh interval in use); L = %v stands in for an accelerated\n", r.scale[0].L)
+	w("clock (counts per L do not depend on L). Counted by the client, retries included. *before* is the\n")
+	w("refresh of before issue 25 (a GET of every peer each time), measured the same way.\n\n")
+	w("| N | refresh | I | PUT / node / L | LIST / node / L | GET / node / L | DELETE / node / L | all / node / L | per node-hour (L = 15 s) | $ / node-month | tables complete |\n")
+	w("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	byN := map[int]float64{}
+	for _, s := range r.scale {
+		name := "cache"
+		if s.Legacy {
+			name = "before"
+		} else {
+			byN[s.N] = total(s.PerNodeL)
+		}
+		put, list, get, del := s.PerNodeL["PUT"], s.PerNodeL["LIST"], s.PerNodeL["GET"], s.PerNodeL["DELETE"]
+		hour := 3600 / defL.Seconds()
+		month := hour * hoursMonth * ((put+list+del)*pricePUT + get*priceGET) / 1000
+		w("| %d | %s | %v | %.2f | %.2f | %.2f | %.3f | %.2f | %.0f | %.2f | %v |\n", s.N, name, s.Interval/s.L, put, list, get, del, total(s.PerNodeL),
+			total(s.PerNodeL)*hour, month, s.TableOK)
+	}
+	w("\nI is shown in units of L. DELETE is the collection of a node's own older tenure objects.\n\n")
+	if a, c := byN[10], byN[100]; a > 0 && c > 0 {
+		ratio := bench.Ratio(c, a)
+		w("Per-node ratio N = 100 / N = 10: **%.2f**.\n\n", ratio)
+		r.verdict(ratio <= 1.25, "a node's steady-state requests at N = 100 at most 1.25x those at N = 10 (%.2f)", ratio)
+	}
+	w("The whole cluster at the default timings (L = 15 s), against S3's per-prefix limits (3,500\n")
+	w("PUT/COPY/POST/DELETE/LIST and 5,500 GET/HEAD per second; the goal is 10 %% of them):\n\n")
+	w("| N | PUT + LIST + DELETE / s | %% of 3,500 | GET / s | %% of 5,500 | $ / month for the cluster |\n| --- | --- | --- | --- | --- | --- |\n")
+	for _, s := range r.scale {
+		if s.Legacy {
+			continue
+		}
+		perS := float64(s.N) / defL.Seconds()
+		pl := (s.PerNodeL["PUT"] + s.PerNodeL["LIST"] + s.PerNodeL["DELETE"]) * perS
+		g := s.PerNodeL["GET"] * perS
+		month := 3600 * hoursMonth * (pl*pricePUT + g*priceGET) / 1000
+		w("| %d | %.0f | %.1f %% | %.1f | %.2f %% | %.0f |\n", s.N, pl, 100*pl/3500, g, 100*g/5500, month)
+		if s.N == 1000 {
+			r.verdict(pl <= 350 && g <= 550, "N = 1,000 at default timings within 10 %% of the per-prefix limits (%.0f PUT+LIST/s, %.0f GET/s)", pl, g)
+		}
+	}
+	w("\nPrices: PUT and LIST $0.005 per 1,000, GET $0.0004 per 1,000 (us-east-1), %d hours a month.\n\n", hoursMonth)
+}
