@@ -100,9 +100,12 @@ func (p *Provider) refreshCached(tr TenureRepository, c *peerCache) {
 		return
 	}
 	newest := map[int]TenureObject{}
-	tctx, cancel := context.WithTimeout(context.Background(), 2*p.cfg.RequestTimeout)
-	tenures, terr := tr.ListTenures(tctx)
-	cancel()
+	tenures, terr := listing.Tenures, error(nil)
+	if !listing.TenuresListed {
+		tctx, cancel := context.WithTimeout(context.Background(), 2*p.cfg.RequestTimeout)
+		tenures, terr = tr.ListTenures(tctx)
+		cancel()
+	}
 	if terr == nil {
 		for _, t := range tenures {
 			if n, ok := newest[t.ID]; !ok || t.Version > n.Version {

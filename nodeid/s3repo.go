@@ -218,12 +218,11 @@ func (r *S3Repository) List(ctx context.Context) (Listing, error) {
 	)
 	for page := 0; ; page++ {
 		cctx, cancel := context.WithTimeout(ctx, r.timeout)
-		// The delimiter folds every sub-prefix (the tenure objects') into
-		// one entry: lease keys have no "/" after the prefix.
+		// The tenure objects come in the same pages: below about 480
+		// nodes one page holds leases and tenures both.
 		out, err := r.client.ListObjectsV2(cctx, &s3.ListObjectsV2Input{
 			Bucket:            &r.bucket,
 			Prefix:            &r.prefix,
-			Delimiter:         aws.String("/"),
 			ContinuationToken: token,
 		}, r.count)
 		cancel()
@@ -236,6 +235,11 @@ func (r *S3Repository) List(ctx context.Context) (Listing, error) {
 		for _, o := range out.Contents {
 			if aws.ToString(o.Key) == MarkerKey(r.prefix) {
 				listing.MarkerSeen = true
+				continue
+			}
+			if t, ok := ParseTenureKey(r.prefix, aws.ToString(o.Key)); ok {
+				t.LastModified = aws.ToTime(o.LastModified)
+				listing.Tenures = append(listing.Tenures, t)
 				continue
 			}
 			id, ok := ParseLeaseKey(r.prefix, aws.ToString(o.Key))
@@ -255,6 +259,7 @@ func (r *S3Repository) List(ctx context.Context) (Listing, error) {
 		token = out.NextContinuationToken
 	}
 	sort.Slice(listing.Slots, func(i, j int) bool { return listing.Slots[i].ID < listing.Slots[j].ID })
+	listing.TenuresListed = true
 	return listing, nil
 }
 

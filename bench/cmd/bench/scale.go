@@ -231,10 +231,10 @@ func (r *report) scaleSection(b *strings.Builder) {
 		put, list, get, del := s.PerNodeL["PUT"], s.PerNodeL["LIST"], s.PerNodeL["GET"], s.PerNodeL["DELETE"]
 		hour := 3600 / defL.Seconds()
 		month := hour * hoursMonth * ((put+list+del)*pricePUT + get*priceGET) / 1000
-		w("| %d | %s | %v | %.2f | %.2f | %.2f | %.3f | %.2f | %.0f | %.2f | %v |\n", s.N, name, s.Interval/s.L, put, list, get, del, total(s.PerNodeL),
+		w("| %d | %s | %.0f L | %.2f | %.2f | %.2f | %.3f | %.2f | %.0f | %.2f | %v |\n", s.N, name, s.Interval.Seconds()/s.L.Seconds(), put, list, get, del, total(s.PerNodeL),
 			total(s.PerNodeL)*hour, month, s.TableOK)
 	}
-	w("\nI is shown in units of L. DELETE is the collection of a node's own older tenure objects.\n\n")
+	w("\nDELETE is the collection of a node's own older tenure objects.\n\n")
 	if a, c := byN[10], byN[100]; a > 0 && c > 0 {
 		ratio := bench.Ratio(c, a)
 		w("Per-node ratio N = 100 / N = 10: **%.2f**.\n\n", ratio)
