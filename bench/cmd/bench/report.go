@@ -426,7 +426,7 @@ func (r *report) idleSection(b *strings.Builder) {
 	expected := map[string]float64{
 		"PUT":  3600 / defR.Seconds(),
 		"LIST": 3600 / defL.Seconds(),
-		"GET":  float64(k-1) * 3600 / defL.Seconds(),
+		"GET":  3600 / defL.Seconds(), // one verification read per refresh (issue 25)
 	}
 	var measuredCost float64
 	for _, op := range names {
@@ -442,7 +442,8 @@ func (r *report) idleSection(b *strings.Builder) {
 		}
 		measuredCost += s.Median * hoursMonth / 1000 * price
 	}
-	w("\nExpected: one renewal PUT every R; every L one LIST and one GET per live peer (%d here). A window of %v\n", k-1, r.idle[0].Window.Round(time.Second))
+	w("\nExpected: one renewal PUT every R; every L one LIST (leases and tenure objects in one page) and one GET of\n")
+	w("the peer read least recently, whatever the number of peers (%d here; before issue 25 one GET per peer). A window of %v\n", k-1, r.idle[0].Window.Round(time.Second))
 	w("holds a whole number of refreshes (every L, jittered ±20 %%), so the measured LIST and GET rates move in\n")
 	w("steps of %s per hour; the price table below uses the expected rates.\n\n", bench.Format(3600/r.idle[0].Window.Seconds(), 0))
 	w("List price per node and month (%d h, us-east-1: PUT/LIST $%.3f, GET $%.4f per 1,000):\n\n", hoursMonth, pricePUT, priceGET)
@@ -450,7 +451,7 @@ func (r *report) idleSection(b *strings.Builder) {
 	for _, n := range []int{1, 3, 5, 10} {
 		put := 3600 / defR.Seconds() * hoursMonth / 1000 * pricePUT
 		list := 3600 / defL.Seconds() * hoursMonth / 1000 * pricePUT
-		get := float64(n-1) * 3600 / defL.Seconds() * hoursMonth / 1000 * priceGET
+		get := float64(min(n-1, 1)) * 3600 / defL.Seconds() * hoursMonth / 1000 * priceGET
 		w("| %d (from R = L/3 = %v) | $%.2f | $%.2f | $%.2f | **$%.2f** |\n", n, defR, put, list, get, put+list+get)
 	}
 	w("| %d (measured, medians) | | | | **$%.2f** |\n\n", k, measuredCost)
