@@ -70,6 +70,14 @@ type Config struct {
 	// often (at random between half of it and all of it) while every ID is
 	// held. Default 1s.
 	PollInterval time.Duration
+	// SpareListInterval, when longer than PollInterval: a waiting task on a
+	// repository with the release hint (S3Repository) reads the hint (a
+	// HEAD) every PollInterval and lists the leases only when it changed or
+	// this long after its last listing, so a graceful release is still
+	// taken within PollInterval but an expired lease (a crashed holder) up
+	// to SpareListInterval later. Zero (the default) lists at every poll.
+	// nodeid-init sets R (NODEID_SPARE_LIST_INTERVAL).
+	SpareListInterval time.Duration
 	// Strategy: how to look for a free ID. Default StrategySpread.
 	Strategy AcquireStrategy
 	// AcquireTimeout: give up acquiring after this long with
@@ -215,6 +223,8 @@ func (c Config) ValidateExceptTaskID() error {
 		return bad("acquire timeout %v: must be >= 0", c.AcquireTimeout)
 	case c.ReadinessTimeout < 0:
 		return bad("readiness timeout %v: must be >= 0", c.ReadinessTimeout)
+	case c.SpareListInterval < 0:
+		return bad("spare list interval %v: must be >= 0", c.SpareListInterval)
 	case c.MappingsRefreshInterval <= 0:
 		return bad("mappings refresh interval %v: must be > 0", c.MappingsRefreshInterval)
 	}

@@ -54,6 +54,8 @@ func countingOps(c *opCounts) func(*s3.Options) {
 			kind = "put"
 		case *s3.DeleteObjectInput:
 			kind = "delete"
+		case *s3.HeadObjectInput:
+			kind = "head"
 		}
 		c.mu.Lock()
 		if c.n == nil {

@@ -185,7 +185,10 @@ func (r *S3Repository) SetLogger(l *slog.Logger) {
 // retries included.
 func (r *S3Repository) Throttled() int64 { return r.throttled.Load() }
 
-var _ TenureRepository = (*S3Repository)(nil)
+var (
+	_ TenureRepository      = (*S3Repository)(nil)
+	_ ReleaseHintRepository = (*S3Repository)(nil)
+)
 
 // NewS3Repository returns a repository on bucket. The prefix (may be empty)
 // lets several clusters share a bucket; requestTimeout bounds every request
@@ -320,6 +323,34 @@ func (r *S3Repository) DeleteTenure(ctx context.Context, t TenureObject) error {
 		return classify("delete tenure", key, err)
 	}
 	return nil
+}
+
+// ReleaseHint implements ReleaseHintRepository: one HEAD.
+func (r *S3Repository) ReleaseHint(ctx context.Context) (string, error) {
+	key := r.prefix + ReleaseHintKey
+	cctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	out, err := r.client.HeadObject(cctx, &s3.HeadObjectInput{Bucket: &r.bucket, Key: &key}, r.count)
+	if err != nil {
+		return "", classify("head", key, err)
+	}
+	return normalizeETag(aws.ToString(out.ETag)), nil
+}
+
+// SignalRelease implements ReleaseHintRepository: a HEAD and one
+// conditional PUT (the policy allows no other) with a fresh body.
+func (r *S3Repository) SignalRelease(ctx context.Context) error {
+	key := r.prefix + ReleaseHintKey
+	etag, err := r.ReleaseHint(ctx)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return err
+	}
+	body := []byte(fmt.Sprintf(`{"released":%q}`, newNonce()))
+	_, err = r.put(ctx, "release hint", key, body, nil, etag, etag == "")
+	if err == nil || isLostRace(err) || errors.Is(err, ErrNotFound) {
+		return nil // changed, by us or by another releaser
+	}
+	return err
 }
 
 // Get implements Repository.

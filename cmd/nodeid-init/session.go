@@ -67,7 +67,7 @@ type session struct {
 
 // leaseOptions are the settings of commands that take a lease.
 var leaseOptions = append([]string{"cluster-size", "lease-duration", "renew-interval", "acquire-timeout", "poll-interval",
-	"readiness-timeout", "allowed-ids", "task-id", "metrics-addr", "skip-probe", "advertise-address"}, s3Options...)
+	"spare-list-interval", "readiness-timeout", "allowed-ids", "task-id", "metrics-addr", "skip-probe", "advertise-address"}, s3Options...)
 
 var dataOptions = []string{"data-root", "keep-versions", "data-workers", "immutable", "skip", "data-preset", "fs-timeout"}
 
