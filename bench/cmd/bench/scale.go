@@ -30,6 +30,7 @@ import (
 // scaleRep is one steady-state measurement of N nodes.
 type scaleRep struct {
 	N        int
+	Store    string // "gofakes3" or "memory"
 	Legacy   bool // the refresh of before issue 25: every peer read each time
 	L        time.Duration
 	Interval time.Duration // the refresh interval in use
@@ -43,11 +44,36 @@ type scaleRep struct {
 // every peer at each refresh, as before issue 25.
 type legacyRepo struct{ nodeid.Repository }
 
-// scale measures n providers for window after every table is complete.
-func scale(ctx context.Context, n int, lease time.Duration, legacy bool) (scaleRep, error) {
+// scale measures n providers for window after every table is complete, on
+// gofakes3 over HTTP or on the in-memory bucket (memBucket).
+func scale(ctx context.Context, n int, lease time.Duration, legacy bool, store string) (scaleRep, error) {
+	var (
+		repo   nodeid.Repository
+		counts func() map[string]int
+	)
+	if store == "memory" {
+		b := newMemBucket()
+		repo, counts = b, b.snapshot
+	} else {
+		r, st, stop, err := fakeS3Repo(ctx)
+		if err != nil {
+			return scaleRep{}, err
+		}
+		defer stop()
+		repo = r
+		counts = func() map[string]int { n, _, _ := st.snapshot(); return n }
+	}
+	if legacy {
+		repo = legacyRepo{repo}
+	}
+	return scaleOn(ctx, repo, counts, n, lease, legacy, store)
+}
+
+// fakeS3Repo starts gofakes3 in this process and returns a repository on
+// it whose client counts requests by operation.
+func fakeS3Repo(ctx context.Context) (*nodeid.S3Repository, *opStats, func(), error) {
 	h := gofakes3.New(s3mem.New(), gofakes3.WithoutVersioning()).Server()
 	hs := httptest.NewServer(h)
-	defer hs.Close()
 	st := newOpStats()
 	hc := &http.Client{Transport: &http.Transport{
 		DialContext:         (&net.Dialer{Timeout: 3 * time.Second}).DialContext,
@@ -57,21 +83,24 @@ func scale(ctx context.Context, n int, lease time.Duration, legacy bool) (scaleR
 	}}
 	client, err := nodeid.NewS3Client(ctx, nodeid.S3Config{Endpoint: hs.URL, Region: "us-east-1", PathStyle: true, AccessKey: "k", SecretKey: "s"})
 	if err != nil {
-		return scaleRep{}, err
+		hs.Close()
+		return nil, nil, nil, err
 	}
 	client = s3.New(client.Options(), func(o *s3.Options) { o.HTTPClient = opClient{inner: hc, st: st} })
 	bucket := "scale"
 	if _, err := client.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(bucket)}); err != nil {
-		return scaleRep{}, err
+		hs.Close()
+		return nil, nil, nil, err
 	}
-	s3repo, err := nodeid.NewS3Repository(client, bucket, "", 0)
+	repo, err := nodeid.NewS3Repository(client, bucket, "", 0)
 	if err != nil {
-		return scaleRep{}, err
+		hs.Close()
+		return nil, nil, nil, err
 	}
-	var repo nodeid.Repository = s3repo
-	if legacy {
-		repo = legacyRepo{s3repo}
-	}
+	return repo, st, hs.Close, nil
+}
+
+func scaleOn(ctx context.Context, repo nodeid.Repository, counts func() map[string]int, n int, lease time.Duration, legacy bool, store string) (scaleRep, error) {
 	if err := nodeid.Initialize(ctx, repo, n, "bench", lease); err != nil {
 		return scaleRep{}, err
 	}
@@ -120,11 +149,19 @@ func scale(ctx context.Context, n int, lease time.Duration, legacy bool) (scaleR
 		}
 		cw.Wait()
 	}()
-	wg.Wait()
-	select {
-	case err := <-errs:
-		return scaleRep{}, err
-	default:
+	acquired := make(chan struct{})
+	go func() { wg.Wait(); close(acquired) }()
+	for waiting := true; waiting; {
+		select {
+		case <-acquired:
+			waiting = false
+		case err := <-errs:
+			return scaleRep{}, err
+		case <-time.After(10 * time.Second):
+			mu.Lock()
+			progress("  %d of %d acquired", len(addrs), n)
+			mu.Unlock()
+		}
 	}
 	complete := func() bool {
 		for _, p := range ps {
@@ -145,11 +182,15 @@ func scale(ctx context.Context, n int, lease time.Duration, legacy bool) (scaleR
 		if time.Since(started) > 10*time.Minute {
 			return scaleRep{}, fmt.Errorf("N = %d: the peer tables were not complete after 10 min", n)
 		}
-		time.Sleep(200 * time.Millisecond)
+		select {
+		case err := <-errs:
+			return scaleRep{}, err
+		case <-time.After(500 * time.Millisecond):
+		}
 	}
 	settle := time.Since(started)
 	window := max(4*lease, 3*interval)
-	before, _, _ := st.snapshot()
+	before := counts()
 	select {
 	case <-time.After(window):
 	case <-ctx.Done():
@@ -157,8 +198,8 @@ func scale(ctx context.Context, n int, lease time.Duration, legacy bool) (scaleR
 	case err := <-errs:
 		return scaleRep{}, err
 	}
-	after, _, _ := st.snapshot()
-	rep := scaleRep{N: n, Legacy: legacy, L: lease, Interval: interval, Window: window, Settle: settle, PerNodeL: map[string]float64{}}
+	after := counts()
+	rep := scaleRep{N: n, Store: store, Legacy: legacy, L: lease, Interval: interval, Window: window, Settle: settle, PerNodeL: map[string]float64{}}
 	perL := float64(window) / float64(lease)
 	for k, v := range after {
 		rep.PerNodeL[k] = float64(v-before[k]) / float64(n) / perL
@@ -172,22 +213,26 @@ func scale(ctx context.Context, n int, lease time.Duration, legacy bool) (scaleR
 	return rep, nil
 }
 
-// scaleAll runs the scale scenario for each size, and the legacy refresh
-// for the sizes it can afford.
+// scaleAll runs the scale scenario for each size on gofakes3 (sizes up to
+// maxHTTP) and on the in-memory bucket, and the refresh of before issue 25
+// for legacySizes.
 func scaleAll(ctx context.Context, sizes []int, legacySizes []int, lease time.Duration) ([]scaleRep, error) {
+	const maxHTTP = 100
 	var out []scaleRep
-	for _, legacy := range []bool{false, true} {
-		for _, n := range sizes {
-			if legacy && !containsInt(legacySizes, n) {
-				continue
+	for _, store := range []string{"gofakes3", "memory"} {
+		for _, legacy := range []bool{false, true} {
+			for _, n := range sizes {
+				if legacy && !containsInt(legacySizes, n) || store == "gofakes3" && n > maxHTTP {
+					continue
+				}
+				progress("scale: N = %d on %s%s, L = %v", n, store, map[bool]string{true: " (refresh before issue 25)"}[legacy], lease)
+				rep, err := scale(ctx, n, lease, legacy, store)
+				if err != nil {
+					return nil, err
+				}
+				progress("  %.1f requests per node per L (settled in %v)", total(rep.PerNodeL), rep.Settle.Round(time.Second))
+				out = append(out, rep)
 			}
-			progress("scale: N = %d%s, L = %v", n, map[bool]string{true: " (refresh before issue 25)"}[legacy], lease)
-			rep, err := scale(ctx, n, lease, legacy)
-			if err != nil {
-				return nil, err
-			}
-			progress("  %.1f requests per node per L (settled in %v)", total(rep.PerNodeL), rep.Settle.Round(time.Second))
-			out = append(out, rep)
 		}
 	}
 	return out, nil
@@ -214,42 +259,44 @@ func total(m map[string]float64) float64 {
 func (r *report) scaleSection(b *strings.Builder) {
 	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	w("## Scale: steady state of N nodes\n\n")
-	w("N providers in one process on an in-process gofakes3, every ID held, measured once every peer table\n")
-	w("was complete, for max(4 L, 3 I) (I the refresh interval in use); L = %v stands in for an accelerated\n", r.scale[0].L)
-	w("clock (counts per L do not depend on L). Counted by the client, retries included. *before* is the\n")
-	w("refresh of before issue 25 (a GET of every peer each time), measured the same way.\n\n")
-	w("| N | refresh | I | PUT / node / L | LIST / node / L | GET / node / L | DELETE / node / L | all / node / L | per node-hour (L = 15 s) | $ / node-month | tables complete |\n")
-	w("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	w("N providers in one process, every ID held, measured once every peer table was complete, for\n")
+	w("max(4 L, 3 I) (I the refresh interval in use); L = %v stands in for an accelerated clock (counts per L\n", r.scale[0].L)
+	w("do not depend on L). *gofakes3*: over HTTP, counted by the client, retries included; *memory*: an\n")
+	w("in-memory bucket with S3's conditional writes, ETags, whole-second clocks and 1,000-key pages, counted as\n")
+	w("S3 bills (a LIST per page): a thousand providers over HTTP on this machine starve each other's renewals.\n")
+	w("*before* is the refresh of before issue 25 (a GET of every peer each time), measured the same way.\n\n")
+	w("| N | store | refresh | I | PUT / node / L | LIST / node / L | GET / node / L | DELETE / node / L | all / node / L | per node-hour (L = 15 s) | $ / node-month | tables complete |\n")
+	w("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	byN := map[int]float64{}
 	for _, s := range r.scale {
 		name := "cache"
 		if s.Legacy {
 			name = "before"
-		} else {
+		} else if s.Store == "memory" {
 			byN[s.N] = total(s.PerNodeL)
 		}
-		put, list, get, del := s.PerNodeL["PUT"], s.PerNodeL["LIST"], s.PerNodeL["GET"], s.PerNodeL["DELETE"]
+		put, list, get, del := s.PerNodeL["PUT"], s.PerNodeL["LIST"], s.PerNodeL["GET"]+s.PerNodeL["HEAD"], s.PerNodeL["DELETE"]
 		hour := 3600 / defL.Seconds()
 		month := hour * hoursMonth * ((put+list+del)*pricePUT + get*priceGET) / 1000
-		w("| %d | %s | %.0f L | %.2f | %.2f | %.2f | %.3f | %.2f | %.0f | %.2f | %v |\n", s.N, name, s.Interval.Seconds()/s.L.Seconds(), put, list, get, del, total(s.PerNodeL),
+		w("| %d | %s | %s | %.0f L | %.2f | %.2f | %.2f | %.3f | %.2f | %.0f | %.2f | %v |\n", s.N, s.Store, name, s.Interval.Seconds()/s.L.Seconds(), put, list, get, del, total(s.PerNodeL),
 			total(s.PerNodeL)*hour, month, s.TableOK)
 	}
 	w("\nDELETE is the collection of a node's own older tenure objects.\n\n")
 	if a, c := byN[10], byN[100]; a > 0 && c > 0 {
 		ratio := bench.Ratio(c, a)
-		w("Per-node ratio N = 100 / N = 10: **%.2f**.\n\n", ratio)
+		w("Per-node ratio N = 100 / N = 10 (memory): **%.2f**.\n\n", ratio)
 		r.verdict(ratio <= 1.25, "a node's steady-state requests at N = 100 at most 1.25x those at N = 10 (%.2f)", ratio)
 	}
 	w("The whole cluster at the default timings (L = 15 s), against S3's per-prefix limits (3,500\n")
 	w("PUT/COPY/POST/DELETE/LIST and 5,500 GET/HEAD per second; the goal is 10 %% of them):\n\n")
 	w("| N | PUT + LIST + DELETE / s | %% of 3,500 | GET / s | %% of 5,500 | $ / month for the cluster |\n| --- | --- | --- | --- | --- | --- |\n")
 	for _, s := range r.scale {
-		if s.Legacy {
+		if s.Legacy || s.Store != "memory" {
 			continue
 		}
 		perS := float64(s.N) / defL.Seconds()
 		pl := (s.PerNodeL["PUT"] + s.PerNodeL["LIST"] + s.PerNodeL["DELETE"]) * perS
-		g := s.PerNodeL["GET"] * perS
+		g := (s.PerNodeL["GET"] + s.PerNodeL["HEAD"]) * perS
 		month := 3600 * hoursMonth * (pl*pricePUT + g*priceGET) / 1000
 		w("| %d | %.0f | %.1f %% | %.1f | %.2f %% | %.0f |\n", s.N, pl, 100*pl/3500, g, 100*g/5500, month)
 		if s.N == 1000 {
