@@ -22,7 +22,8 @@ type peerCache struct {
 	peers     map[int]cachedPeer
 	confirmed map[int]bool // peers whose lease listed our version (readiness)
 	published bool         // our tenure object exists
-	gcDenied  bool         // a delete of our old tenure objects was refused (logged once)
+	gcDenied  bool         // a delete of our old tenure objects was refused: no more tries
+	gcWarned  bool         // a failed delete was logged (once per tenure)
 }
 
 // cachedPeer is the last reading of one peer: a lease read by GET, or one
@@ -64,6 +65,9 @@ func (p *Provider) publishTenure(inst NodeInstance) bool {
 // collectTenures deletes the tenure objects of our own ID below our version:
 // tenures that ended before ours began. Nothing else is ours to delete.
 func (p *Provider) collectTenures(tr TenureRepository, c *peerCache, inst NodeInstance, tenures []TenureObject) {
+	if c.gcDenied {
+		return
+	}
 	for _, t := range tenures {
 		if t.ID != inst.ID || t.Version >= inst.Version {
 			continue
@@ -72,10 +76,11 @@ func (p *Provider) collectTenures(tr TenureRepository, c *peerCache, inst NodeIn
 		err := tr.DeleteTenure(ctx, t)
 		cancel()
 		if err != nil {
-			if !c.gcDenied {
+			if !c.gcWarned {
 				p.tlog.Warn("old tenure objects of this node id are not deleted", "err", err)
-				c.gcDenied = errors.Is(err, ErrAccessDenied)
+				c.gcWarned = true
 			}
+			c.gcDenied = errors.Is(err, ErrAccessDenied)
 			return
 		}
 	}

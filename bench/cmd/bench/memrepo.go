@@ -5,6 +5,7 @@ import (
 	"crypto/md5"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"sort"
 	"strings"
@@ -24,6 +25,7 @@ import (
 type memBucket struct {
 	mu      sync.Mutex
 	objects map[string]memObject
+	sorted  []string // the keys in order; nil after a key was added or removed
 	counts  map[string]int
 }
 
@@ -70,6 +72,9 @@ func (b *memBucket) put(op, key string, body []byte, meta map[string]string, ifM
 		return "", memErr(op, key, nodeid.ErrPreconditionFailed, 412)
 	}
 	etag := fmt.Sprintf(`"%x"`, md5.Sum(body))
+	if !exists {
+		b.sorted = nil
+	}
 	b.objects[key] = memObject{body: body, meta: meta, etag: etag, lm: b.now()}
 	return etag, nil
 }
@@ -77,11 +82,13 @@ func (b *memBucket) put(op, key string, body []byte, meta map[string]string, ifM
 func (b *memBucket) List(context.Context) (nodeid.Listing, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	keys := make([]string, 0, len(b.objects))
-	for k := range b.objects {
-		keys = append(keys, k)
+	if b.sorted == nil {
+		for k := range b.objects {
+			b.sorted = append(b.sorted, k)
+		}
+		sort.Strings(b.sorted)
 	}
-	sort.Strings(keys)
+	keys := b.sorted
 	b.counts["LIST"] += max(1, (len(keys)+999)/1000)
 	l := nodeid.Listing{ServerDate: b.now(), TenuresListed: true}
 	for _, k := range keys {
@@ -166,8 +173,9 @@ func (b *memBucket) DeleteTenure(_ context.Context, t nodeid.TenureObject) error
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.counts["DELETE"]++
-	if strings.HasPrefix(key, nodeid.TenureKeyPrefix) {
+	if _, ok := b.objects[key]; ok && strings.HasPrefix(key, nodeid.TenureKeyPrefix) {
 		delete(b.objects, key)
+		b.sorted = nil
 	}
 	return nil
 }
@@ -191,6 +199,176 @@ func (b *memBucket) SignalRelease(ctx context.Context) error {
 	_, err = b.put("release hint", nodeid.ReleaseHintKey, []byte(time.Now().String()), nil, etag, etag == "")
 	if err != nil && !errors.Is(err, nodeid.ErrPreconditionFailed) && !errors.Is(err, nodeid.ErrNotFound) {
 		return err
+	}
+	return nil
+}
+
+// inMemory is the storm's network for sizes too large for VersityGW and
+// the tasks on this machine: no HTTP at all (memBucket).
+var inMemory = netProfile{Name: "in-memory"}
+
+// countedBucket is one task's view of a shared memBucket, counting that
+// task's requests (a LIST per page).
+type countedBucket struct {
+	*memBucket
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *countedBucket) note(kind string, k int) {
+	c.mu.Lock()
+	c.n[kind] += k
+	c.mu.Unlock()
+}
+
+func (c *countedBucket) List(ctx context.Context) (nodeid.Listing, error) {
+	l, err := c.memBucket.List(ctx)
+	c.note("LIST", max(1, (len(l.Slots)+len(l.Tenures)+1+999)/1000))
+	return l, err
+}
+
+func (c *countedBucket) Get(ctx context.Context, id int) (nodeid.Record, error) {
+	c.note("GET", 1)
+	return c.memBucket.Get(ctx, id)
+}
+
+func (c *countedBucket) Marker(ctx context.Context) (nodeid.ClusterMarker, error) {
+	c.note("GET", 1)
+	return c.memBucket.Marker(ctx)
+}
+
+func (c *countedBucket) Create(ctx context.Context, l nodeid.Lease) (string, error) {
+	c.note("PUT", 1)
+	return c.memBucket.Create(ctx, l)
+}
+
+func (c *countedBucket) Write(ctx context.Context, l nodeid.Lease, etag string) (string, error) {
+	c.note("PUT", 1)
+	return c.memBucket.Write(ctx, l, etag)
+}
+
+func (c *countedBucket) CreateMarker(ctx context.Context, m nodeid.ClusterMarker) error {
+	c.note("PUT", 1)
+	return c.memBucket.CreateMarker(ctx, m)
+}
+
+func (c *countedBucket) CreateTenure(ctx context.Context, t nodeid.TenureObject) error {
+	c.note("PUT", 1)
+	return c.memBucket.CreateTenure(ctx, t)
+}
+
+func (c *countedBucket) total() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := 0
+	for _, v := range c.n {
+		s += v
+	}
+	return int64(s)
+}
+
+// runMemStorm is runStorm on one memBucket shared by n in-process tasks.
+func runMemStorm(ctx context.Context, strategy nodeid.AcquireStrategy, n int, cold bool, timeout time.Duration) (stormResult, error) {
+	b := newMemBucket()
+	if !cold {
+		if err := nodeid.Initialize(ctx, b, n, "bench-bootstrap", nodeid.DefaultLeaseDuration); err != nil {
+			return stormResult{}, fmt.Errorf("bootstrap: %w", err)
+		}
+	}
+	msgs := &msgCounter{n: map[string]int{}}
+	quiet := slog.New(msgs)
+	var lostMu sync.Mutex
+	var lost []error
+	repos := make([]*countedBucket, n)
+	ps := make([]*nodeid.Provider, n)
+	for i := range n {
+		repos[i] = &countedBucket{memBucket: b, n: map[string]int{}}
+		p, err := nodeid.NewProvider(repos[i], nodeid.Config{
+			TaskID: fmt.Sprintf("bench-mem-task-%04d", i), ClusterSize: n, Strategy: strategy,
+			AcquireTimeout: timeout, Logger: quiet,
+			OnLost: func(err error) { lostMu.Lock(); lost = append(lost, err); lostMu.Unlock() },
+		})
+		if err != nil {
+			return stormResult{}, err
+		}
+		ps[i] = p
+	}
+	defer func() {
+		var wg sync.WaitGroup
+		for _, p := range ps {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				p.Close(cctx)
+			}()
+		}
+		wg.Wait()
+	}()
+	res := stormResult{PerTask: make([]float64, n), Ops: map[string]int{}, OpTime: map[string]time.Duration{}, OpWorst: map[string]time.Duration{}}
+	ids := make([]int, n)
+	errs := make([]error, n)
+	opsAt := make([]map[string]int, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, p := range ps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			inst, err := p.Acquire(ctx)
+			res.PerTask[i] = float64(repos[i].total())
+			repos[i].mu.Lock()
+			opsAt[i] = maps.Clone(repos[i].n)
+			repos[i].mu.Unlock()
+			ids[i], errs[i] = inst.ID, err
+		}()
+	}
+	t0 := time.Now()
+	close(start)
+	wg.Wait()
+	res.Took = time.Since(t0)
+	seen := map[int]int{}
+	for i := range ps {
+		if errs[i] != nil {
+			return res, fmt.Errorf("task %d: %w", i, errs[i])
+		}
+		if j, dup := seen[ids[i]]; dup {
+			return res, fmt.Errorf("tasks %d and %d both hold node %d", j, i, ids[i])
+		}
+		seen[ids[i]] = i
+		res.Total += int64(res.PerTask[i])
+		res.Attempts += ps[i].Stats().AcquireAttempts
+		for k, v := range opsAt[i] {
+			res.Ops[k] += v
+		}
+	}
+	res.Waited = msgs.count("no node id free, waiting")
+	lostMu.Lock()
+	defer lostMu.Unlock()
+	if len(lost) > 0 {
+		return res, fmt.Errorf("%d leases lost during the storm, first: %v", len(lost), lost[0])
+	}
+	return res, nil
+}
+
+// stormMemory runs only the in-memory storms, for -memory-storm-only.
+func stormMemory(ctx context.Context, o options, r *report) error {
+	for _, n := range o.memStormSizes {
+		for i := 0; i < min(o.reps, 2); i++ {
+			for _, cold := range []bool{true, false} {
+				for _, s := range strategies {
+					res, err := runMemStorm(ctx, s, n, cold, max(o.stormTimeout, 10*time.Minute))
+					if err != nil {
+						return fmt.Errorf("storm of %d in memory, %s, cold=%t: %w", n, s, cold, err)
+					}
+					k := stormKey{n, inMemory.Name, cold, s}
+					r.storm[k] = append(r.storm[k], res)
+					progress("  N=%d in-memory cold=%-5t %-10s %7.3fs %7d requests, %d waited a poll", n, cold, s, res.Took.Seconds(), res.Total, res.Waited)
+				}
+			}
+		}
 	}
 	return nil
 }

@@ -151,12 +151,18 @@ func (r *report) stormSection(b *strings.Builder) {
 		w("region; the gateway is then mostly idle and the time follows the longest chain of round trips of one task\n")
 		w("(N = %s only, to keep the run short).", joinInts(awsRun, ", "))
 	}
-	w(" *server CPU* is the gateway's CPU time during the storm.\n\n")
+	w(" *server CPU* is the gateway's CPU time during the storm.")
+	if len(r.opts.memStormSizes) > 0 {
+		w(" **in-memory** (N = %s): the tasks share an in-memory bucket with S3's conditional\n", joinInts(r.opts.memStormSizes, ", "))
+		w("writes and 1,000-key pages (no HTTP: a thousand tasks and a gateway do not fit this machine); requests\n")
+		w("are counted as S3 bills them, latencies are not measured, and at most 2 repetitions run.")
+	}
+	w("\n\n")
 	w("| N | network | start | strategy | time (s) | server CPU (s) | requests, all tasks | per task: median, max | LIST / GET / PUT | mean latency LIST / GET / PUT (ms) | tasks that waited a poll |\n")
 	w("| ---: | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	type agg struct{ time, total, cpu bench.Summary }
 	sums := map[stormKey]agg{}
-	for _, n := range r.opts.sizes {
+	for _, n := range r.opts.stormSizes() {
 		for _, net := range r.opts.netProfiles(n) {
 			for _, cold := range []bool{true, false} {
 				for _, s := range strategies {
@@ -207,7 +213,7 @@ func (r *report) stormSection(b *strings.Builder) {
 	w("and slept P/2..P although an ID was free for each.\n")
 	w("\nRatios baseline / spread, from the medians above (same run):\n\n")
 	w("| N | network | start | requests | time | server CPU |\n| ---: | --- | --- | ---: | ---: | ---: |\n")
-	for _, n := range r.opts.sizes {
+	for _, n := range r.opts.stormSizes() {
 		for _, net := range r.opts.netProfiles(n) {
 			for _, cold := range []bool{true, false} {
 				sp, sq := sums[stormKey{n, net.Name, cold, nodeid.StrategySpread}], sums[stormKey{n, net.Name, cold, nodeid.StrategySequential}]
