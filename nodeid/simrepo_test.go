@@ -49,8 +49,8 @@ const (
 	opCreateMarker
 	opCreateTenure // a tenure object (tenure.go), If-None-Match: *
 	opDeleteTenure
-	opHeadHint   // the release hint (hint.go)
-	opWriteHint  // If-Match etag, or a create when etag is ""
+	opHeadHint  // the release hint (hint.go)
+	opWriteHint // If-Match etag, or a create when etag is ""
 	// Local steps of a task, not S3 requests: no network, no faults.
 	opPrepare   // prepare the tenure's data directory
 	opStopGroup // graceful stop: stop the process group before releasing

@@ -180,7 +180,7 @@ func scaleOn(ctx context.Context, repo nodeid.Repository, counts func() map[stri
 	interval := nodeid.Config{ClusterSize: n, LeaseDuration: lease}.WithDefaults().MappingsRefreshInterval
 	for !complete() {
 		if time.Since(started) > 10*time.Minute {
-			return scaleRep{}, fmt.Errorf("N = %d: the peer tables were not complete after 10 min", n)
+			return scaleRep{}, fmt.Errorf("the peer tables of %d nodes were not complete after 10 min", n)
 		}
 		select {
 		case err := <-errs:
