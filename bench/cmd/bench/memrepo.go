@@ -23,9 +23,13 @@ import (
 // page). It implements nodeid.TenureRepository and
 // nodeid.ReleaseHintRepository like S3Repository.
 type memBucket struct {
-	mu      sync.Mutex
+	// Readers share mu; a waiting writer (a renewal) goes first, as no
+	// lock of S3's would hold it back behind a thousand listings.
+	mu      sync.RWMutex
 	objects map[string]memObject
 	sorted  []string // the keys in order; nil after a key was added or removed
+
+	countMu sync.Mutex
 	counts  map[string]int
 }
 
@@ -46,9 +50,15 @@ func newMemBucket() *memBucket {
 }
 
 func (b *memBucket) snapshot() map[string]int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+	b.countMu.Lock()
+	defer b.countMu.Unlock()
 	return maps.Clone(b.counts)
+}
+
+func (b *memBucket) count(kind string, n int) {
+	b.countMu.Lock()
+	b.counts[kind] += n
+	b.countMu.Unlock()
 }
 
 func memErr(op, key string, kind error, status int) error {
@@ -59,9 +69,9 @@ func (b *memBucket) now() time.Time { return time.Now().UTC().Truncate(time.Seco
 
 // put stores body under key if ifMatch matches (or, create, if absent).
 func (b *memBucket) put(op, key string, body []byte, meta map[string]string, ifMatch string, create bool) (string, error) {
+	b.count("PUT", 1)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.counts["PUT"]++
 	o, exists := b.objects[key]
 	switch {
 	case create && exists:
@@ -80,19 +90,29 @@ func (b *memBucket) put(op, key string, body []byte, meta map[string]string, ifM
 }
 
 func (b *memBucket) List(context.Context) (nodeid.Listing, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.sorted == nil {
-		for k := range b.objects {
-			b.sorted = append(b.sorted, k)
-		}
-		sort.Strings(b.sorted)
-	}
+	b.mu.RLock()
 	keys := b.sorted
-	b.counts["LIST"] += max(1, (len(keys)+999)/1000)
+	b.mu.RUnlock()
+	if keys == nil {
+		b.mu.Lock()
+		if b.sorted == nil {
+			for k := range b.objects {
+				b.sorted = append(b.sorted, k)
+			}
+			sort.Strings(b.sorted)
+		}
+		b.mu.Unlock()
+	}
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	keys = b.sorted
+	b.count("LIST", max(1, (len(keys)+999)/1000))
 	l := nodeid.Listing{ServerDate: b.now(), TenuresListed: true}
 	for _, k := range keys {
-		o := b.objects[k]
+		o, ok := b.objects[k]
+		if !ok {
+			continue
+		}
 		if k == nodeid.MarkerKey("") {
 			l.MarkerSeen = true
 			continue
@@ -112,10 +132,10 @@ func (b *memBucket) List(context.Context) (nodeid.Listing, error) {
 
 func (b *memBucket) Get(_ context.Context, id int) (nodeid.Record, error) {
 	key := nodeid.LeaseKey("", id)
-	b.mu.Lock()
-	b.counts["GET"]++
+	b.count("GET", 1)
+	b.mu.RLock()
 	o, ok := b.objects[key]
-	b.mu.Unlock()
+	b.mu.RUnlock()
 	if !ok {
 		return nodeid.Record{}, memErr("get", key, nodeid.ErrNotFound, 404)
 	}
@@ -137,10 +157,10 @@ func (b *memBucket) Write(_ context.Context, l nodeid.Lease, etag string) (strin
 
 func (b *memBucket) Marker(context.Context) (nodeid.ClusterMarker, error) {
 	key := nodeid.MarkerKey("")
-	b.mu.Lock()
-	b.counts["GET"]++
+	b.count("GET", 1)
+	b.mu.RLock()
 	o, ok := b.objects[key]
-	b.mu.Unlock()
+	b.mu.RUnlock()
 	if !ok {
 		return nodeid.ClusterMarker{}, memErr("get", key, nodeid.ErrNotFound, 404)
 	}
@@ -170,9 +190,9 @@ func (b *memBucket) CreateTenure(_ context.Context, t nodeid.TenureObject) error
 
 func (b *memBucket) DeleteTenure(_ context.Context, t nodeid.TenureObject) error {
 	key, _ := nodeid.TenureKey("", t)
+	b.count("DELETE", 1)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.counts["DELETE"]++
 	if _, ok := b.objects[key]; ok && strings.HasPrefix(key, nodeid.TenureKeyPrefix) {
 		delete(b.objects, key)
 		b.sorted = nil
@@ -181,9 +201,9 @@ func (b *memBucket) DeleteTenure(_ context.Context, t nodeid.TenureObject) error
 }
 
 func (b *memBucket) ReleaseHint(context.Context) (string, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.counts["HEAD"]++
+	b.count("HEAD", 1)
+	b.mu.RLock()
+	defer b.mu.RUnlock()
 	o, ok := b.objects[nodeid.ReleaseHintKey]
 	if !ok {
 		return "", memErr("head", nodeid.ReleaseHintKey, nodeid.ErrNotFound, 404)
