@@ -166,9 +166,10 @@ type simTask struct {
 	fence      time.Time // the deadline in the lease file, as the group last read it
 
 	seen map[string]*simObject // ETag -> the write it named in the last answer showing it
-	// took: the task's acquisition that landed (one tenure per task); it
-	// may collect tenure objects of that ID below that version.
-	took NodeInstance
+	// took: the highest version of each ID whose acquisition by the task
+	// landed (a take given up may land late, on another ID); the task may
+	// collect tenure objects of an ID below the version it took.
+	took map[int]Version
 
 	cam *simCamunda // a Camunda broker (provider is nil)
 	// forked: a Camunda tenure that started from data older than the

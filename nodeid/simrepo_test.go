@@ -335,8 +335,8 @@ func (w *simWorld) serve(req *simRequest, now time.Time) simReply {
 	case opDeleteTenure:
 		// Only the holder's own garbage: its node ID, below a version it
 		// held.
-		if t := req.task; t.took.ID != req.id || req.tenure.Version >= t.took.Version {
-			w.violate("node %d: %s deleted the tenure object of v%d, not its own garbage (it took %v)", req.id, t.name, req.tenure.Version, t.took)
+		if t := req.task; req.tenure.Version >= t.took[req.id] {
+			w.violate("node %d: %s deleted the tenure object of v%d, not its own garbage (it took v%d of it)", req.id, t.name, req.tenure.Version, t.took[req.id])
 		}
 		if k, ok := TenureKey("", req.tenure); ok {
 			delete(w.tenures, k)
@@ -507,7 +507,10 @@ func (w *simWorld) checkVersion(t *simTask, l Lease, prev *simObject, req *simRe
 	w.floor[id] = max(floor, v)
 	w.maxEver[id] = max(w.maxEver[id], v)
 	if acquisition {
-		t.took = l.Instance
+		if t.took == nil {
+			t.took = map[int]Version{}
+		}
+		t.took[id] = max(t.took[id], v)
 	}
 }
 
