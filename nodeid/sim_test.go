@@ -166,9 +166,9 @@ type simTask struct {
 	fence      time.Time // the deadline in the lease file, as the group last read it
 
 	seen map[string]*simObject // ETag -> the write it named in the last answer showing it
-	// took: the highest version of each ID whose acquisition by the task
-	// landed (a take given up may land late, on another ID); the task may
-	// collect tenure objects of an ID below the version it took.
+	// took: the highest version of each ID in a landed write of a lease
+	// naming the task as holder (a take given up may land late); the task
+	// may collect tenure objects of an ID below the version it took.
 	took map[int]Version
 
 	cam *simCamunda // a Camunda broker (provider is nil)

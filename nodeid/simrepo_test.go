@@ -336,7 +336,7 @@ func (w *simWorld) serve(req *simRequest, now time.Time) simReply {
 		// Only the holder's own garbage: its node ID, below a version it
 		// held.
 		if t := req.task; req.tenure.Version >= t.took[req.id] {
-			w.violate("node %d: %s deleted the tenure object of v%d, not its own garbage (it took v%d of it)", req.id, t.name, req.tenure.Version, t.took[req.id])
+			w.violate("node %d: %s deleted the tenure object of v%d (%s's), not its own garbage (it took v%d of it; holds %v)", req.id, t.name, req.tenure.Version, req.tenure.TaskID, t.took[req.id], t.prov().Instance())
 		}
 		if k, ok := TenureKey("", req.tenure); ok {
 			delete(w.tenures, k)
@@ -506,7 +506,10 @@ func (w *simWorld) checkVersion(t *simTask, l Lease, prev *simObject, req *simRe
 	}
 	w.floor[id] = max(floor, v)
 	w.maxEver[id] = max(w.maxEver[id], v)
-	if acquisition {
+	if l.Held() && l.TaskID == t.name {
+		// Any write of a lease naming t as holder, not only an acquisition
+		// by the check above: a take given up may land late, and t's
+		// later take of the ID then writes over its own.
 		if t.took == nil {
 			t.took = map[int]Version{}
 		}
