@@ -269,7 +269,7 @@ func (r *report) scaleSection(b *strings.Builder) {
 	w("in-memory bucket with S3's conditional writes, ETags, whole-second clocks and 1,000-key pages, counted as\n")
 	w("S3 bills (a LIST per page): a thousand providers over HTTP on this machine starve each other's renewals.\n")
 	w("*before* is the refresh of before issue 25 (a GET of every peer each time), measured the same way.\n\n")
-	w("| N | store | refresh | L | I | PUT / node / L | LIST / node / L | GET / node / L | DELETE / node / L | all / node / L | per node-hour (L = 15 s) | $ / node-month | tables complete |\n")
+	w("| N | store | refresh | L | I | PUT / node / L | LIST / node / L | GET / node / L | DELETE / node / L | all / node / L | per node-hour at L = 15 s: PUT / LIST / GET / all | $ / node-month | tables complete |\n")
 	w("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	byN := map[int]float64{}
 	for _, s := range r.scale {
@@ -282,8 +282,8 @@ func (r *report) scaleSection(b *strings.Builder) {
 		put, list, get, del := s.PerNodeL["PUT"], s.PerNodeL["LIST"], s.PerNodeL["GET"]+s.PerNodeL["HEAD"], s.PerNodeL["DELETE"]
 		hour := 3600 / defL.Seconds()
 		month := hour * hoursMonth * ((put+list+del)*pricePUT + get*priceGET) / 1000
-		w("| %d | %s | %s | %v | %.0f L | %.2f | %.2f | %.2f | %.3f | %.2f | %.0f | %.2f | %v |\n", s.N, s.Store, name, s.L, s.Interval.Seconds()/s.L.Seconds(), put, list, get, del, total(s.PerNodeL),
-			total(s.PerNodeL)*hour, month, s.TableOK)
+		w("| %d | %s | %s | %v | %.0f L | %.2f | %.2f | %.2f | %.3f | %.2f | %.0f / %.0f / %.0f / %.0f | %.2f | %v |\n", s.N, s.Store, name, s.L, s.Interval.Seconds()/s.L.Seconds(), put, list, get, del, total(s.PerNodeL),
+			put*hour, list*hour, get*hour, total(s.PerNodeL)*hour, month, s.TableOK)
 	}
 	w("\nDELETE is the collection of a node's own older tenure objects.\n\n")
 	if a, c := byN[10], byN[100]; a > 0 && c > 0 {
