@@ -377,8 +377,8 @@ func runMemStorm(ctx context.Context, strategy nodeid.AcquireStrategy, n int, co
 func stormMemory(ctx context.Context, o options, r *report) error {
 	for _, n := range o.memStormSizes {
 		for i := 0; i < min(o.reps, 2); i++ {
-			for _, cold := range []bool{true, false} {
-				for _, s := range strategies {
+			for _, s := range strategies { // spread first: a sequential storm of 1,000 takes minutes
+				for _, cold := range []bool{true, false} {
 					res, err := runMemStorm(ctx, s, n, cold, max(o.stormTimeout, 10*time.Minute))
 					if err != nil {
 						return fmt.Errorf("storm of %d in memory, %s, cold=%t: %w", n, s, cold, err)
