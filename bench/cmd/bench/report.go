@@ -154,8 +154,8 @@ func (r *report) stormSection(b *strings.Builder) {
 	w(" *server CPU* is the gateway's CPU time during the storm.")
 	if len(r.opts.memStormSizes) > 0 {
 		w(" **in-memory** (N = %s): the tasks share an in-memory bucket with S3's conditional\n", joinInts(r.opts.memStormSizes, ", "))
-		w("writes and 1,000-key pages (no HTTP: a thousand tasks and a gateway do not fit this machine); requests\n")
-		w("are counted as S3 bills them, latencies are not measured, and at most 2 repetitions run.")
+		w("writes and 1,000-key pages (no HTTP: a thousand tasks and a gateway do not fit this machine), each request\n")
+		w("taking 2 ms; requests are counted as S3 bills them, latencies are not measured, and at most 2 repetitions run.")
 	}
 	w("\n\n")
 	w("| N | network | start | strategy | time (s) | server CPU (s) | requests, all tasks | per task: median, max | LIST / GET / PUT | mean latency LIST / GET / PUT (ms) | tasks that waited a poll |\n")
