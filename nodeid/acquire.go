@@ -27,10 +27,27 @@ func (p *Provider) Acquire(ctx context.Context) (NodeInstance, error) {
 
 	var waitingSince, progressLogged time.Time
 	relists := 0
+	hint := &spareHint{}
+	if h, ok := p.repo.(ReleaseHintRepository); ok && p.cfg.Strategy != StrategySequential && p.cfg.SpareListInterval > p.cfg.PollInterval {
+		hint.h = h
+	}
 	wait := p.cfg.Clock.NewTimer(time.Hour)
 	wait.Stop()
 	defer wait.Stop()
 	for pass := 0; ; pass++ {
+		if hint.skipListing(ctx, p) {
+			// Nothing released since our listing: poll the hint again.
+			delay, err := p.pollDelay(pass, acquireDeadline)
+			if err == nil {
+				err = p.sleep(ctx, wait, delay)
+			}
+			if err != nil {
+				return p.failAcquire(err)
+			}
+			continue
+		}
+		hint.beforeListing(ctx, p)
+		hint.armed = false
 		res, err := p.tryOnce(ctx)
 		switch {
 		case IsPermanent(err):
@@ -49,6 +66,7 @@ func (p *Provider) Acquire(ctx context.Context) (NodeInstance, error) {
 			continue
 		default:
 			relists = 0
+			hint.armed = true
 			now := p.cfg.Clock.Now()
 			switch {
 			case waitingSince.IsZero():

@@ -70,6 +70,14 @@ type Config struct {
 	// often (at random between half of it and all of it) while every ID is
 	// held. Default 1s.
 	PollInterval time.Duration
+	// SpareListInterval, when longer than PollInterval: a waiting task on a
+	// repository with the release hint (S3Repository) reads the hint (a
+	// HEAD) every PollInterval and lists the leases only when it changed or
+	// this long after its last listing, so a graceful release is still
+	// taken within PollInterval but an expired lease (a crashed holder) up
+	// to SpareListInterval later. Zero (the default) lists at every poll.
+	// nodeid-init sets R (NODEID_SPARE_LIST_INTERVAL).
+	SpareListInterval time.Duration
 	// Strategy: how to look for a free ID. Default StrategySpread.
 	Strategy AcquireStrategy
 	// AcquireTimeout: give up acquiring after this long with
@@ -80,7 +88,9 @@ type Config struct {
 	// fails open, with a warning). Zero means ready at once.
 	ReadinessTimeout time.Duration
 	// MappingsRefreshInterval: how often the holder reads its peers' leases
-	// to learn their versions. Default L.
+	// to learn their versions. Default L × max(1, ClusterSize/333): the
+	// cluster's listing rate stays about constant above 333 nodes
+	// (docs/design.md, "Learning peers at scale").
 	MappingsRefreshInterval time.Duration
 
 	// OnLost is called once, outside any lock, when the lease is lost. The
@@ -129,7 +139,7 @@ func (c Config) WithDefaults() Config {
 		c.PollInterval = DefaultPollInterval
 	}
 	if c.MappingsRefreshInterval == 0 {
-		c.MappingsRefreshInterval = c.LeaseDuration
+		c.MappingsRefreshInterval = c.LeaseDuration * time.Duration(max(1, c.ClusterSize/refreshNodesPerL))
 	}
 	if c.Strategy == "" {
 		c.Strategy = StrategySpread
@@ -213,6 +223,8 @@ func (c Config) ValidateExceptTaskID() error {
 		return bad("acquire timeout %v: must be >= 0", c.AcquireTimeout)
 	case c.ReadinessTimeout < 0:
 		return bad("readiness timeout %v: must be >= 0", c.ReadinessTimeout)
+	case c.SpareListInterval < 0:
+		return bad("spare list interval %v: must be >= 0", c.SpareListInterval)
 	case c.MappingsRefreshInterval <= 0:
 		return bad("mappings refresh interval %v: must be > 0", c.MappingsRefreshInterval)
 	}

@@ -99,5 +99,10 @@ func forceReleaseChecked(ctx context.Context, repo Repository, id int, atLeast V
 	if err != nil {
 		return 0, err
 	}
+	if h, ok := repo.(ReleaseHintRepository); ok {
+		// Waiting tasks take it at their next poll, not their next
+		// listing; a failed hint only delays them until that listing.
+		_ = h.SignalRelease(ctx)
+	}
 	return v, nil
 }

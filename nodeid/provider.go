@@ -52,8 +52,10 @@ type Provider struct {
 	acquired time.Time
 	graceful bool
 	ready    bool
-	known    VersionMappings
-	pending  map[string]time.Time // nonce -> send time of writes not yet answered with success
+	// published: this tenure's tenure object exists (see hold).
+	published bool
+	known     VersionMappings
+	pending   map[string]time.Time // nonce -> send time of writes not yet answered with success
 	// unreadSince: when a rejected renewal first found the object
 	// unreadable; zero otherwise.
 	unreadSince time.Time

@@ -11,6 +11,8 @@ import (
 func (p *Provider) refreshLoop() {
 	t := p.cfg.Clock.NewTimer(time.Hour)
 	defer t.Stop()
+	tr, cached := p.repo.(TenureRepository)
+	c := newPeerCache()
 	for {
 		interval := p.cfg.MappingsRefreshInterval
 		p.mu.Lock()
@@ -24,7 +26,11 @@ func (p *Provider) refreshLoop() {
 		case <-p.done:
 			return
 		}
-		p.refresh()
+		if cached {
+			p.refreshCached(tr, c)
+		} else {
+			p.refresh()
+		}
 	}
 }
 

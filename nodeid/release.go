@@ -50,6 +50,7 @@ func (p *Provider) release() {
 	}
 	p.tlog.Info("released node id")
 	p.emit(Event{Kind: EventReleased, Instance: inst})
+	p.signalRelease()
 }
 
 // recreateDeleted runs when the holder finds its lease object deleted (or

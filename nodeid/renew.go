@@ -18,6 +18,9 @@ type tenure struct {
 	graceful bool
 	known    VersionMappings
 	pending  map[string]time.Time // writes whose answer was lost (a hand-off's)
+	// published: the tenure object exists (take wrote it); else the
+	// refresh loop writes it.
+	published bool
 }
 
 // Why hold did not start a tenure: the provider was no longer in the state
@@ -48,6 +51,7 @@ func (p *Provider) hold(from providerState, t tenure, renewNow bool) error {
 	p.renewFails = 0
 	maps.Copy(p.pending, t.pending)
 	p.ready = t.graceful || p.cfg.ReadinessTimeout == 0
+	p.published = t.published
 	p.tlog = p.log.With("node_id", t.inst.ID, "version", int64(t.inst.Version))
 	p.mu.Unlock()
 

@@ -52,6 +52,10 @@ type Listing struct {
 	// MarkerSeen reports that the cluster marker was in the listing. A
 	// listing may be stale, so its absence is only a reason to look again.
 	MarkerSeen bool
+	// Tenures are the tenure objects the listing showed, if TenuresListed
+	// (a TenureRepository that lists them with the leases).
+	Tenures       []TenureObject
+	TenuresListed bool
 }
 
 // Slot returns the slot of id.

@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -128,14 +129,66 @@ func NewS3Client(ctx context.Context, c S3Config) (*s3.Client, error) {
 
 // S3Repository keeps lease objects <prefix><id>.json in one bucket.
 type S3Repository struct {
-	client   *s3.Client
-	bucket   string
-	prefix   string
-	timeout  time.Duration
-	requests atomic.Int64
+	client    *s3.Client
+	bucket    string
+	prefix    string
+	timeout   time.Duration
+	requests  atomic.Int64
+	throttled atomic.Int64 // answers 503 (SlowDown) or 429
+	throttle  throttleLog
 }
 
-var _ Repository = (*S3Repository)(nil)
+// throttleQuiet: throttling has ended once this long passed without a
+// throttled answer.
+const throttleQuiet = 10 * time.Second
+
+// throttleLog logs one line when S3 starts throttling and one when it
+// stopped, not one per request.
+type throttleLog struct {
+	mu      sync.Mutex
+	log     *slog.Logger
+	on      bool
+	last    time.Time
+	episode int64
+}
+
+func (t *throttleLog) observe(throttled bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := time.Now()
+	switch {
+	case throttled && !t.on:
+		t.on, t.last, t.episode = true, now, 1
+		if t.log != nil {
+			t.log.Warn("S3 is throttling requests (503 SlowDown): reads and listings back off with jitter; renewals retry until their deadline")
+		}
+	case throttled:
+		t.last = now
+		t.episode++
+	case t.on && now.Sub(t.last) >= throttleQuiet:
+		t.on = false
+		if t.log != nil {
+			t.log.Info("S3 throttling ended", "throttled_requests", t.episode)
+		}
+	}
+}
+
+// SetLogger makes the repository log when S3 starts and stops throttling
+// its requests (one line each).
+func (r *S3Repository) SetLogger(l *slog.Logger) {
+	r.throttle.mu.Lock()
+	r.throttle.log = l
+	r.throttle.mu.Unlock()
+}
+
+// Throttled returns how many answers were 503 (S3's SlowDown) or 429,
+// retries included.
+func (r *S3Repository) Throttled() int64 { return r.throttled.Load() }
+
+var (
+	_ TenureRepository      = (*S3Repository)(nil)
+	_ ReleaseHintRepository = (*S3Repository)(nil)
+)
 
 // NewS3Repository returns a repository on bucket. The prefix (may be empty)
 // lets several clusters share a bucket; requestTimeout bounds every request
@@ -168,6 +221,8 @@ func (r *S3Repository) List(ctx context.Context) (Listing, error) {
 	)
 	for page := 0; ; page++ {
 		cctx, cancel := context.WithTimeout(ctx, r.timeout)
+		// The tenure objects come in the same pages: below about 480
+		// nodes one page holds leases and tenures both.
 		out, err := r.client.ListObjectsV2(cctx, &s3.ListObjectsV2Input{
 			Bucket:            &r.bucket,
 			Prefix:            &r.prefix,
@@ -183,6 +238,11 @@ func (r *S3Repository) List(ctx context.Context) (Listing, error) {
 		for _, o := range out.Contents {
 			if aws.ToString(o.Key) == MarkerKey(r.prefix) {
 				listing.MarkerSeen = true
+				continue
+			}
+			if t, ok := ParseTenureKey(r.prefix, aws.ToString(o.Key)); ok {
+				t.LastModified = aws.ToTime(o.LastModified)
+				listing.Tenures = append(listing.Tenures, t)
 				continue
 			}
 			id, ok := ParseLeaseKey(r.prefix, aws.ToString(o.Key))
@@ -202,7 +262,95 @@ func (r *S3Repository) List(ctx context.Context) (Listing, error) {
 		token = out.NextContinuationToken
 	}
 	sort.Slice(listing.Slots, func(i, j int) bool { return listing.Slots[i].ID < listing.Slots[j].ID })
+	listing.TenuresListed = true
 	return listing, nil
+}
+
+// ListTenures implements TenureRepository.
+func (r *S3Repository) ListTenures(ctx context.Context) ([]TenureObject, error) {
+	prefix := r.prefix + TenureKeyPrefix
+	var (
+		out   []TenureObject
+		token *string
+	)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, r.timeout)
+		page, err := r.client.ListObjectsV2(cctx, &s3.ListObjectsV2Input{
+			Bucket:            &r.bucket,
+			Prefix:            &prefix,
+			ContinuationToken: token,
+		}, r.count)
+		cancel()
+		if err != nil {
+			return nil, classify("list", prefix+"*", err)
+		}
+		for _, o := range page.Contents {
+			t, ok := ParseTenureKey(r.prefix, aws.ToString(o.Key))
+			if !ok {
+				continue
+			}
+			t.LastModified = aws.ToTime(o.LastModified)
+			out = append(out, t)
+		}
+		if !aws.ToBool(page.IsTruncated) || page.NextContinuationToken == nil {
+			return out, nil
+		}
+		token = page.NextContinuationToken
+	}
+}
+
+// CreateTenure implements TenureRepository.
+func (r *S3Repository) CreateTenure(ctx context.Context, t TenureObject) error {
+	key, ok := TenureKey(r.prefix, t)
+	if !ok {
+		return &StorageError{Op: "create tenure", Key: r.prefix + TenureKeyPrefix, Kind: ErrUnavailable, Err: errors.New("tenure cannot be named by a key")}
+	}
+	body := fmt.Sprintf(`{"id":%d,"version":%d,"taskId":%q,"address":%q,"leaseDurationMs":%d}`,
+		t.ID, t.Version, t.TaskID, t.Address, t.LeaseDuration.Milliseconds())
+	_, err := r.put(ctx, "create tenure", key, []byte(body), nil, "", true)
+	return err
+}
+
+// DeleteTenure implements TenureRepository.
+func (r *S3Repository) DeleteTenure(ctx context.Context, t TenureObject) error {
+	key, ok := TenureKey(r.prefix, t)
+	if !ok {
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	if _, err := r.client.DeleteObject(cctx, &s3.DeleteObjectInput{Bucket: &r.bucket, Key: &key}, r.count); err != nil {
+		return classify("delete tenure", key, err)
+	}
+	return nil
+}
+
+// ReleaseHint implements ReleaseHintRepository: one HEAD.
+func (r *S3Repository) ReleaseHint(ctx context.Context) (string, error) {
+	key := r.prefix + ReleaseHintKey
+	cctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	out, err := r.client.HeadObject(cctx, &s3.HeadObjectInput{Bucket: &r.bucket, Key: &key}, r.count)
+	if err != nil {
+		return "", classify("head", key, err)
+	}
+	return normalizeETag(aws.ToString(out.ETag)), nil
+}
+
+// SignalRelease implements ReleaseHintRepository: a HEAD and one
+// conditional PUT (the policy allows no other) with a fresh body.
+func (r *S3Repository) SignalRelease(ctx context.Context) error {
+	key := r.prefix + ReleaseHintKey
+	etag, err := r.ReleaseHint(ctx)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return err
+	}
+	body := []byte(fmt.Sprintf(`{"released":%q}`, newNonce()))
+	_, err = r.put(ctx, "release hint", key, body, nil, etag, etag == "")
+	if err == nil || isLostRace(err) || errors.Is(err, ErrNotFound) {
+		return nil // changed, by us or by another releaser
+	}
+	return err
 }
 
 // Get implements Repository.
@@ -387,17 +535,29 @@ func (r *S3Repository) Probe(ctx context.Context) error {
 
 // count is a per-operation option that counts every HTTP request sent.
 func (r *S3Repository) count(o *s3.Options) {
-	o.HTTPClient = countingClient{inner: o.HTTPClient, n: &r.requests}
+	o.HTTPClient = countingClient{inner: o.HTTPClient, r: r}
 }
 
+// countingClient counts requests and throttled answers. The SDK's standard
+// retryer (NewS3Client) retries a 503 SlowDown of a read or listing with
+// jittered exponential backoff within the request's timeout; PUTs are
+// never retried by it (the provider retries them, see design.md).
 type countingClient struct {
 	inner s3.HTTPClient
-	n     *atomic.Int64
+	r     *S3Repository
 }
 
 func (c countingClient) Do(req *http.Request) (*http.Response, error) {
-	c.n.Add(1)
-	return c.inner.Do(req)
+	c.r.requests.Add(1)
+	resp, err := c.inner.Do(req)
+	if err == nil {
+		throttled := resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusTooManyRequests
+		if throttled {
+			c.r.throttled.Add(1)
+		}
+		c.r.throttle.observe(throttled)
+	}
+	return resp, err
 }
 
 // classify maps an SDK error onto the storage error kinds.

@@ -71,6 +71,10 @@ func scaleChecked(ctx context.Context, repo Repository, size int, taskID string,
 			return fmt.Errorf("scale node %d: %w", s.ID, err)
 		}
 	}
+	if h, ok := repo.(ReleaseHintRepository); ok {
+		// IDs made acquirable again are taken at waiting tasks' next poll.
+		_ = h.SignalRelease(ctx)
+	}
 	return nil
 }
 

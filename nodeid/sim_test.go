@@ -166,6 +166,10 @@ type simTask struct {
 	fence      time.Time // the deadline in the lease file, as the group last read it
 
 	seen map[string]*simObject // ETag -> the write it named in the last answer showing it
+	// took: the highest version of each ID in a landed write of a lease
+	// naming the task as holder (a take given up may land late); the task
+	// may collect tenure objects of an ID below the version it took.
+	took map[int]Version
 
 	cam *simCamunda // a Camunda broker (provider is nil)
 	// forked: a Camunda tenure that started from data older than the
@@ -352,6 +356,8 @@ type simWorld struct {
 	// The bucket.
 	objects map[int]*simObject
 	marker  *simObject
+	tenures map[string]*simObject // tenure objects by key
+	hint    *simObject            // the release hint
 	etagSeq int
 	snaps   []simSnapshot
 	size    int
@@ -526,7 +532,7 @@ func (w *simWorld) route(now time.Time) {
 		if req.op == opList && w.rng.IntN(1000) < w.p.staleLists && w.chaotic() {
 			req.staleBy = time.Duration(w.rng.Int64N(int64(maxStale)))
 		}
-		write := req.op == opCreate || req.op == opWrite || req.op == opCreateMarker
+		write := req.op == opCreate || req.op == opWrite || req.op == opCreateMarker || req.op == opCreateTenure || req.op == opWriteHint
 		switch {
 		case fate < f: // lost on the way: the client times out
 			w.log(label + " dropped")
@@ -592,9 +598,11 @@ func (w *simWorld) config(name string, c *simClock, seed uint64) Config {
 		ClusterSize:   w.size,
 		LeaseDuration: w.p.lease,
 		PollInterval:  w.p.lease / 6,
-		Clock:         c,
-		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Rand:          rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		// Half the tasks poll the release hint and list every R.
+		SpareListInterval: time.Duration(seed%2) * w.p.lease / 3,
+		Clock:             c,
+		Logger:            slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Rand:              rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 	}
 }
 
@@ -1174,7 +1182,7 @@ func runSim(t *testing.T, p simParams, trace io.Writer) simResult {
 		// Hand-offs carry deadlines on the host's boottime: true time here.
 		systemBoottime = func() time.Duration { return time.Duration(time.Now().UnixNano()) }
 		w := &simWorld{p: p, rng: rand.New(rand.NewPCG(p.seed, 0x5eed)), wake: make(chan struct{}, 1),
-			objects: map[int]*simObject{}, floor: map[int]Version{}, maxEver: map[int]Version{},
+			objects: map[int]*simObject{}, tenures: map[string]*simObject{}, floor: map[int]Version{}, maxEver: map[int]Version{},
 			dirs: map[int]map[Version]*simDir{}, newest: map[int]uint64{}, lastTenure: map[int]*simTask{}, newestBy: map[int]*simTask{},
 			refusedAt: map[int]time.Time{}, counts: map[string]int{},
 			size: p.clusterSize, trace: trace, start: time.Now(), clocksDone: make(chan struct{})}

@@ -47,13 +47,17 @@ const (
 	opWrite
 	opGetMarker
 	opCreateMarker
+	opCreateTenure // a tenure object (tenure.go), If-None-Match: *
+	opDeleteTenure
+	opHeadHint  // the release hint (hint.go)
+	opWriteHint // If-Match etag, or a create when etag is ""
 	// Local steps of a task, not S3 requests: no network, no faults.
 	opPrepare   // prepare the tenure's data directory
 	opStopGroup // graceful stop: stop the process group before releasing
 )
 
 func (o simOp) String() string {
-	return [...]string{"list", "get", "create", "write", "get marker", "create marker", "prepare", "stop group"}[o]
+	return [...]string{"list", "get", "create", "write", "get marker", "create marker", "create tenure", "delete tenure", "head hint", "write hint", "prepare", "stop group"}[o]
 }
 
 func (o simOp) local() bool { return o >= opPrepare }
@@ -67,6 +71,7 @@ type simRequest struct {
 	lease    Lease
 	marker   ClusterMarker
 	etag     string
+	tenure   TenureObject // opCreateTenure, opDeleteTenure
 	inst     NodeInstance // opPrepare
 	graceful bool         // opPrepare: the predecessor released
 	staleBy  time.Duration
@@ -158,6 +163,7 @@ func (r *simRepo) List(ctx context.Context) (Listing, error) {
 			l.ServerDate = rep.listing.ServerDate
 		}
 		l.Slots = append(l.Slots, rep.listing.Slots...)
+		l.Tenures = append(l.Tenures, rep.listing.Tenures...)
 		l.MarkerSeen = l.MarkerSeen || rep.listing.MarkerSeen
 		if !rep.truncated {
 			break
@@ -165,7 +171,41 @@ func (r *simRepo) List(ctx context.Context) (Listing, error) {
 		after = rep.next
 	}
 	sort.Slice(l.Slots, func(i, j int) bool { return l.Slots[i].ID < l.Slots[j].ID })
+	l.TenuresListed = true
 	return l, nil
+}
+
+// ListTenures, CreateTenure and DeleteTenure make simRepo a
+// TenureRepository; ReleaseHint and SignalRelease a ReleaseHintRepository.
+// Their requests suffer the same faults as any (sim_test.go, route).
+func (r *simRepo) ListTenures(ctx context.Context) ([]TenureObject, error) {
+	l, err := r.List(ctx)
+	return l.Tenures, err
+}
+
+func (r *simRepo) CreateTenure(ctx context.Context, t TenureObject) error {
+	return r.call(ctx, &simRequest{op: opCreateTenure, id: t.ID, tenure: t}).err
+}
+
+func (r *simRepo) DeleteTenure(ctx context.Context, t TenureObject) error {
+	return r.call(ctx, &simRequest{op: opDeleteTenure, id: t.ID, tenure: t}).err
+}
+
+func (r *simRepo) ReleaseHint(ctx context.Context) (string, error) {
+	rep := r.call(ctx, &simRequest{op: opHeadHint})
+	return rep.etag, rep.err
+}
+
+func (r *simRepo) SignalRelease(ctx context.Context) error {
+	etag, err := r.ReleaseHint(ctx)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return err
+	}
+	err = r.call(ctx, &simRequest{op: opWriteHint, etag: etag}).err
+	if err == nil || isLostRace(err) || errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	return err
 }
 
 func (r *simRepo) Get(ctx context.Context, id int) (Record, error) {
@@ -212,10 +252,10 @@ func (w *simWorld) serve(req *simRequest, now time.Time) simReply {
 	}
 	switch req.op {
 	case opList:
-		objects, marker := w.objects, w.marker != nil
+		objects, marker, tenures, hint := w.objects, w.marker != nil, w.tenures, w.hint != nil
 		if req.staleBy > 0 {
 			s := w.snapshotAt(now.Add(-req.staleBy))
-			objects, marker = s.objects, s.marker
+			objects, marker, tenures, hint = s.objects, s.marker, s.tenures, s.hint
 			w.count("stale listing pages served")
 		}
 		// Keys in S3's order (10.json sorts before 2.json), from the
@@ -232,6 +272,12 @@ func (w *simWorld) serve(req *simRequest, now time.Time) simReply {
 		if marker {
 			keys = append(keys, entry{key: MarkerKey("")})
 		}
+		for k := range tenures {
+			keys = append(keys, entry{key: k, id: -1})
+		}
+		if hint {
+			keys = append(keys, entry{key: ReleaseHintKey, id: -2})
+		}
 		sort.Slice(keys, func(i, j int) bool { return keys[i].key < keys[j].key })
 		keys = keys[sort.Search(len(keys), func(i int) bool { return keys[i].key > req.after }):]
 		page := w.p.pageSize
@@ -246,6 +292,18 @@ func (w *simWorld) serve(req *simRequest, now time.Time) simReply {
 			w.count("listing pages after the first")
 		}
 		for _, k := range keys {
+			if k.id == -1 {
+				t, ok := ParseTenureKey("", k.key)
+				if !ok {
+					panic("unparsable tenure key " + k.key)
+				}
+				t.LastModified = tenures[k.key].lastModified
+				rep.listing.Tenures = append(rep.listing.Tenures, t)
+				continue
+			}
+			if k.id == -2 {
+				continue
+			}
 			if k.o == nil {
 				rep.listing.MarkerSeen = true
 				continue
@@ -257,6 +315,54 @@ func (w *simWorld) serve(req *simRequest, now time.Time) simReply {
 			rep.next = keys[len(keys)-1].key
 		}
 		return rep
+	case opCreateTenure:
+		k, ok := TenureKey("", req.tenure)
+		if !ok {
+			return fail(ErrUnavailable, 400)
+		}
+		if _, ok := w.tenures[k]; ok {
+			return fail(ErrPreconditionFailed, 412)
+		}
+		// A tenure object is written after its take landed: it never
+		// names a version above every version the ID ever had.
+		if req.tenure.Version > w.maxEver[req.id] {
+			w.violate("node %d: %s's tenure object names v%d, above every version written (v%d)", req.id, req.task.name, req.tenure.Version, w.maxEver[req.id])
+		}
+		body := []byte(k)
+		w.tenures[k] = &simObject{body: body, etag: w.etagOf(body), lastModified: now.Truncate(time.Second)}
+		w.snapshot()
+		return simReply{}
+	case opDeleteTenure:
+		// Only the holder's own garbage: its node ID, below a version it
+		// held.
+		if t := req.task; req.tenure.Version >= t.took[req.id] {
+			w.violate("node %d: %s deleted the tenure object of v%d (%s's), not its own garbage (it took v%d of it; holds %v)", req.id, t.name, req.tenure.Version, req.tenure.TaskID, t.took[req.id], t.prov().Instance())
+		}
+		if k, ok := TenureKey("", req.tenure); ok {
+			delete(w.tenures, k)
+			w.count("tenure objects collected")
+			w.snapshot()
+		}
+		return simReply{}
+	case opHeadHint:
+		if w.hint == nil {
+			return fail(ErrNotFound, 404)
+		}
+		return simReply{etag: w.hint.etag}
+	case opWriteHint:
+		switch {
+		case req.etag == "" && w.hint != nil:
+			return fail(ErrPreconditionFailed, 412)
+		case req.etag != "" && w.hint == nil:
+			return fail(ErrNotFound, 404)
+		case req.etag != "" && w.hint.etag != req.etag:
+			return fail(ErrPreconditionFailed, 412)
+		}
+		body := []byte(fmt.Sprintf("hint %d", w.etagSeq))
+		w.hint = &simObject{body: body, etag: w.etagOf(body), lastModified: now.Truncate(time.Second)}
+		w.count("release hints written")
+		w.snapshot()
+		return simReply{etag: w.hint.etag}
 	case opGetMarker:
 		if w.marker == nil {
 			return fail(ErrNotFound, 404)
@@ -400,6 +506,15 @@ func (w *simWorld) checkVersion(t *simTask, l Lease, prev *simObject, req *simRe
 	}
 	w.floor[id] = max(floor, v)
 	w.maxEver[id] = max(w.maxEver[id], v)
+	if l.Held() && l.TaskID == t.name {
+		// Any write of a lease naming t as holder, not only an acquisition
+		// by the check above: a take given up may land late, and t's
+		// later take of the ID then writes over its own.
+		if t.took == nil {
+			t.took = map[int]Version{}
+		}
+		t.took[id] = max(t.took[id], v)
+	}
 }
 
 // changed runs after every change of the bucket: it lowers each node's
@@ -490,6 +605,8 @@ type simSnapshot struct {
 	at      time.Time
 	objects map[int]*simObject
 	marker  bool
+	tenures map[string]*simObject
+	hint    bool
 }
 
 // maxStale is how far behind a stale listing may be.
@@ -500,7 +617,7 @@ func (w *simWorld) snapshot() {
 		return
 	}
 	now := time.Now()
-	w.snaps = append(w.snaps, simSnapshot{at: now, objects: maps.Clone(w.objects), marker: w.marker != nil})
+	w.snaps = append(w.snaps, simSnapshot{at: now, objects: maps.Clone(w.objects), marker: w.marker != nil, tenures: maps.Clone(w.tenures), hint: w.hint != nil})
 	i := 0 // keep the newest snapshot older than maxStale, and all after it
 	for i+1 < len(w.snaps) && !w.snaps[i+1].at.After(now.Add(-maxStale)) {
 		i++

@@ -280,7 +280,11 @@ func (p *Provider) take(ctx context.Context, rec Record, graceful bool) (NodeIns
 		etag = got.ETag
 	}
 
-	t := tenure{inst: inst, etag: etag, deadline: p.validUntil(sent), acquired: sent, graceful: graceful, known: known}
+	// The tenure object is written before Acquire returns, so that peers
+	// learn the tenure at their next refresh; a failure leaves it to the
+	// refresh loop.
+	published := p.publishTenure(inst)
+	t := tenure{inst: inst, etag: etag, deadline: p.validUntil(sent), acquired: sent, graceful: graceful, known: known, published: published}
 	if err := p.hold(stateAcquiring, t, false); err != nil {
 		return NodeInstance{}, false
 	}

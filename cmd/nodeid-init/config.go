@@ -22,34 +22,36 @@ var errHelp = errors.New("help requested")
 // settings is the configuration of every subcommand. Each field has a flag
 // and a NODEID_* variable; the flag wins.
 type settings struct {
-	bucket, prefix   string
-	clusterSize      int
-	leaseDuration    time.Duration
-	renewInterval    time.Duration
-	acquireTimeout   time.Duration
-	pollInterval     time.Duration
-	readinessTimeout time.Duration
-	stopTimeout      time.Duration
-	allowedIDs       []int
-	taskID           string
-	dataRoot         string
-	keepVersions     int
-	dataWorkers      int
-	fsTimeout        time.Duration // 0: defaultFSTimeout
-	immutable, skip  []string
-	dataRules        datadir.CopyRules
-	envFile          string
-	handoffFile      string
-	leaseFile        string
-	metricsAddr      string
-	logFormat        string
-	logLevel         slog.Level
-	endpoint, region string
-	pathStyle        bool
-	skipProbe        bool
-	advertiseAddress string
-	peersFile        string
-	templates        []*templateSpec
+	bucket, prefix string
+	clusterSize    int
+	leaseDuration  time.Duration
+	renewInterval  time.Duration
+	acquireTimeout time.Duration
+	pollInterval   time.Duration
+	// spareListInterval: a waiting task's listing interval; 0 = R.
+	spareListInterval time.Duration
+	readinessTimeout  time.Duration
+	stopTimeout       time.Duration
+	allowedIDs        []int
+	taskID            string
+	dataRoot          string
+	keepVersions      int
+	dataWorkers       int
+	fsTimeout         time.Duration // 0: defaultFSTimeout
+	immutable, skip   []string
+	dataRules         datadir.CopyRules
+	envFile           string
+	handoffFile       string
+	leaseFile         string
+	metricsAddr       string
+	logFormat         string
+	logLevel          slog.Level
+	endpoint, region  string
+	pathStyle         bool
+	skipProbe         bool
+	advertiseAddress  string
+	peersFile         string
+	templates         []*templateSpec
 	// status, release, peers, scale, bootstrap
 	json, watch, force bool
 	check, dryRun, yes bool
@@ -393,6 +395,13 @@ func (s *settings) providerConfig(log *slog.Logger) (nodeid.Config, error) {
 		Logger:           log,
 	}
 	cfg = cfg.WithDefaults()
+	// A spare reads the release hint each poll and lists every R: a
+	// graceful release is still taken within P, a crashed holder's expired
+	// lease up to R later (docs/operations.md).
+	cfg.SpareListInterval = s.spareListInterval
+	if cfg.SpareListInterval == 0 {
+		cfg.SpareListInterval = cfg.RenewInterval
+	}
 	validate := cfg.Validate
 	if cfg.TaskID == "" {
 		validate = cfg.ValidateExceptTaskID // resolved later; validated for the rest now

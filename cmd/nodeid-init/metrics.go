@@ -127,6 +127,13 @@ func (m *metrics) observe(e nodeid.Event) {
 	}
 }
 
+// registerThrottled exports how many S3 answers were 503 SlowDown (or 429),
+// read at each scrape from the repository's count.
+func registerThrottled(reg *prometheus.Registry, n func() int64) {
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "nodeid_s3_throttled_total",
+		Help: "S3 answers that were 503 SlowDown or 429, retries included."}, func() float64 { return float64(n()) }))
+}
+
 // registerFenceLeft exports the time left before the self-fence deadline,
 // read at each scrape: a gauge set on renewal would be up to R stale, which
 // is the part that matters when renewals fail.

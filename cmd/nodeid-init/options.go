@@ -47,6 +47,9 @@ var options = []option{
 	{"poll-interval", "NODEID_POLL_INTERVAL", nodeid.DefaultPollInterval.String(), "while every ID is held, list the leases again at least this often (100ms..1h)", func(s *settings, v string) error {
 		return parseDurationIn(v, minInterval, maxLeaseDuration, &s.pollInterval)
 	}},
+	{"spare-list-interval", "NODEID_SPARE_LIST_INTERVAL", "", "while waiting, list the leases this often and otherwise only read the release hint each poll (default R; the poll interval lists at every poll)", func(s *settings, v string) error {
+		return parseDurationIn(v, minInterval, maxLeaseDuration, &s.spareListInterval)
+	}},
 	{"readiness-timeout", "NODEID_READINESS_TIMEOUT", "", "after an ungraceful takeover, wait this long for peers to learn our version before /readyz turns ready (at most 1h)", func(s *settings, v string) error {
 		return parseDurationIn(v, 0, maxLeaseDuration, &s.readinessTimeout)
 	}},

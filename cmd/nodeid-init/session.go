@@ -77,7 +77,7 @@ type session struct {
 
 // leaseOptions are the settings of commands that take a lease.
 var leaseOptions = append([]string{"cluster-size", "lease-duration", "renew-interval", "acquire-timeout", "poll-interval",
-	"readiness-timeout", "allowed-ids", "task-id", "metrics-addr", "skip-probe", "advertise-address"}, s3Options...)
+	"spare-list-interval", "readiness-timeout", "allowed-ids", "task-id", "metrics-addr", "skip-probe", "advertise-address"}, s3Options...)
 
 var dataOptions = []string{"data-root", "keep-versions", "data-workers", "immutable", "skip", "data-preset", "fs-timeout"}
 
@@ -124,6 +124,8 @@ func newSession(ctx context.Context, s *settings, stderr io.Writer) (_ *session,
 	if sess.repo, err = s.repository(ctx, log); err != nil {
 		return nil, err
 	}
+	sess.repo.SetLogger(sess.log)
+	registerThrottled(sess.metrics.reg, sess.repo.Throttled)
 	if err := s.probe(ctx, sess.repo, sess.log); err != nil {
 		return nil, err
 	}

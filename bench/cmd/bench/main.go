@@ -38,24 +38,30 @@ import (
 )
 
 type options struct {
-	reps           int
-	quick          bool
-	out            string
-	sizes          []int
-	awsSizes       []int // storm sizes also run with the aws-like network
-	failoverLeases []time.Duration
-	idleWindow     time.Duration
-	stormTimeout   time.Duration
-	nodeidInit     string
-	skip           map[string]bool
-	datadirMB      int
-	efsFiles       int // > 0: only the graceful handover on the EFS-like mount, with this many files
-	args           []string
+	reps            int
+	quick           bool
+	out             string
+	sizes           []int
+	awsSizes        []int // storm sizes also run with the aws-like network
+	failoverLeases  []time.Duration
+	idleWindow      time.Duration
+	stormTimeout    time.Duration
+	nodeidInit      string
+	skip            map[string]bool
+	datadirMB       int
+	efsFiles        int   // > 0: only the graceful handover on the EFS-like mount, with this many files
+	memStormSizes   []int // storm sizes run on the in-memory bucket only
+	scaleSizes      []int
+	scaleLegacy     []int // sizes also measured with the refresh of before issue 25
+	scaleLease      time.Duration
+	scaleOnly       bool
+	stormOnlyMemory bool
+	args            []string
 }
 
 func main() {
 	var o options
-	var sizes, awsSizes, skip, leases string
+	var sizes, awsSizes, skip, leases, scaleSizes, scaleLegacy, memStorm string
 	flag.IntVar(&o.reps, "reps", 5, "repetitions of every scenario")
 	flag.BoolVar(&o.quick, "quick", false, "check that the program works: 1 repetition, N = 10 only, short windows")
 	flag.StringVar(&o.out, "out", "", "write the report (Markdown) to this file, e.g. docs/benchmarks.md; it is always printed")
@@ -65,11 +71,20 @@ func main() {
 	flag.DurationVar(&o.idleWindow, "idle-window", 60*time.Second, "steady-state measurement window")
 	flag.DurationVar(&o.stormTimeout, "storm-timeout", 3*time.Minute, "acquire timeout of each storm task")
 	flag.StringVar(&o.nodeidInit, "nodeid-init", "", "nodeid-init binary (default: built from ./cmd/nodeid-init)")
-	flag.StringVar(&skip, "skip", "", "scenarios to skip, comma-separated: storm,handover,failover,overwrite,blackhole,idle,efs-handover")
+	flag.StringVar(&skip, "skip", "", "scenarios to skip, comma-separated: storm,handover,failover,overwrite,blackhole,idle,efs-handover,scale")
 	flag.IntVar(&o.datadirMB, "datadir-mb", 0, "also run scripts/bench-datadir.sh with BENCH_DATADIR_MB set to this (0: only quote docs/datadir.md)")
 	flag.IntVar(&o.efsFiles, "efs-handover", 0, "run only the graceful handover of a data directory of this many files of 4 KiB on the EFS-like FUSE mount (root, /dev/fuse), and print its table (make bench-efs-handover)")
+	flag.StringVar(&memStorm, "memory-storm-sizes", "1000", "storm sizes run in process on an in-memory bucket (too large for VersityGW on this machine)")
+	flag.StringVar(&scaleSizes, "scale-sizes", "10,100,1000", "cluster sizes of the steady-state scale scenario (in process, gofakes3)")
+	flag.StringVar(&scaleLegacy, "scale-before-sizes", "10,100", "scale sizes also measured with the refresh of before issue 25")
+	flag.DurationVar(&o.scaleLease, "scale-lease", 6*time.Second, "lease duration of the scale scenario up to N = 100 (counts per L do not depend on it); larger N use at least the default L, for room on this machine")
+	flag.BoolVar(&o.stormOnlyMemory, "memory-storm-only", false, "run only the in-memory storms (-memory-storm-sizes) and print the storm table")
+	flag.BoolVar(&o.scaleOnly, "scale-only", false, "run only the scale scenario (no VersityGW) and print its section")
 	flag.Parse()
 	o.args = os.Args[1:]
+	o.scaleSizes = intList("scale-sizes", scaleSizes)
+	o.memStormSizes = intList("memory-storm-sizes", memStorm)
+	o.scaleLegacy = intList("scale-before-sizes", scaleLegacy)
 	o.skip = map[string]bool{}
 	for _, s := range strings.Split(skip, ",") {
 		if s = strings.TrimSpace(s); s != "" {
@@ -114,6 +129,12 @@ func main() {
 	if o.reps < 1 {
 		fatalf("-reps must be >= 1")
 	}
+	if o.quick && !flagSet("memory-storm-sizes") {
+		o.memStormSizes = nil
+	}
+	if o.quick && !flagSet("scale-sizes") {
+		o.scaleSizes, o.scaleLegacy = []int{10}, []int{10}
+	}
 
 	// The whole run is bounded; a signal ends it and, through Pdeathsig,
 	// every process it started.
@@ -125,6 +146,22 @@ func main() {
 	if err := run(ctx, o); err != nil {
 		fatalf("%v", err)
 	}
+}
+
+// intList parses a comma-separated list of positive integers.
+func intList(name, s string) []int {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 {
+			fatalf("bad -%s %q", name, s)
+		}
+		out = append(out, n)
+	}
+	return out
 }
 
 func flagSet(name string) bool {
@@ -144,6 +181,32 @@ func progress(format string, args ...any) {
 
 func run(ctx context.Context, o options) error {
 	started := time.Now()
+	if o.stormOnlyMemory {
+		r := &report{opts: o, start: started, storm: map[stormKey][]stormResult{}}
+		o.sizes = nil
+		r.opts.sizes = nil
+		if err := stormMemory(ctx, o, r); err != nil {
+			return err
+		}
+		var b strings.Builder
+		r.stormSection(&b)
+		fmt.Print(b.String())
+		return nil
+	}
+	if o.scaleOnly {
+		r := &report{opts: o, start: started}
+		var err error
+		if r.scale, err = scaleAll(ctx, o.scaleSizes, o.scaleLegacy, o.scaleLease); err != nil {
+			return fmt.Errorf("scale: %w", err)
+		}
+		var b strings.Builder
+		r.scaleSection(&b)
+		fmt.Print(b.String())
+		for _, v := range r.verdicts {
+			fmt.Printf("- %s\n", v)
+		}
+		return nil
+	}
 	tmp, err := os.MkdirTemp("", "nodeid-bench-")
 	if err != nil {
 		return err
@@ -248,6 +311,11 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 	}
+	if !o.skip["scale"] && len(o.scaleSizes) > 0 {
+		if r.scale, err = scaleAll(ctx, o.scaleSizes, o.scaleLegacy, o.scaleLease); err != nil {
+			return fmt.Errorf("scale: %w", err)
+		}
+	}
 	r.datadir = datadirFigures(ctx, o.datadirMB)
 	r.loadEnd = loadavg()
 	r.took = time.Since(started)
@@ -298,17 +366,27 @@ func stormAll(ctx context.Context, g *gateway, o options, r *report) error {
 	if r.opCost, err = measureOpCost(ctx, g, 50); err != nil {
 		return fmt.Errorf("server cost per operation: %w", err)
 	}
-	for _, n := range o.sizes {
+	for _, n := range o.stormSizes() {
 		nets := o.netProfiles(n)
-		progress("storm N=%d: %d repetitions", n, o.reps)
-		for i := 0; i < o.reps; i++ {
+		reps := o.reps
+		if nets[0] == inMemory {
+			reps = min(reps, 2) // a sequential storm of 1,000 takes minutes
+		}
+		progress("storm N=%d: %d repetitions", n, reps)
+		for i := 0; i < reps; i++ {
 			for _, net := range nets {
 				for _, cold := range []bool{true, false} {
 					for _, s := range strategies {
 						if err := ctx.Err(); err != nil {
 							return err
 						}
-						res, err := runStorm(ctx, g, s, n, cold, net, o.stormTimeout)
+						var res stormResult
+						var err error
+						if net == inMemory {
+							res, err = runMemStorm(ctx, s, n, cold, max(o.stormTimeout, 10*time.Minute))
+						} else {
+							res, err = runStorm(ctx, g, s, n, cold, net, o.stormTimeout)
+						}
 						if err != nil {
 							return fmt.Errorf("storm of %d, %s, %s, cold=%t: %w", n, net.Name, s, cold, err)
 						}
@@ -324,8 +402,16 @@ func stormAll(ctx context.Context, g *gateway, o options, r *report) error {
 	return nil
 }
 
+// stormSizes are the storm sizes on VersityGW, then in memory.
+func (o options) stormSizes() []int {
+	return append(slices.Clone(o.sizes), o.memStormSizes...)
+}
+
 // netProfiles are the networks the storm of n tasks runs on.
 func (o options) netProfiles(n int) []netProfile {
+	if slices.Contains(o.memStormSizes, n) && !slices.Contains(o.sizes, n) {
+		return []netProfile{inMemory}
+	}
 	if slices.Contains(o.awsSizes, n) {
 		return []netProfile{loopback, awsLike}
 	}
