@@ -262,6 +262,11 @@ func removeKeepersIfAlone(d *os.File, steps *atomic.Int64) (*keeper, error) {
 			if b, err := readSmallFileAt(d, n); err == nil {
 				k.name, k.b = n, b
 			}
+			// Back as the claim, never as PreparingName: a stale
+			// preparer's unlink of that must keep failing.
+			if k.name == PreparingName {
+				k.name = claimName
+			}
 		}
 		if err := removeAllAt(d, n, steps); err != nil {
 			return nil, err
