@@ -278,9 +278,9 @@ func removeKeepersIfAlone(d *os.File, steps *atomic.Int64) (*keeper, error) {
 	return k, nil
 }
 
-// restoreKeeper writes k back into d, durably (createFile): late entries appeared
-// after its unlink, and without it no later garbage collection would
-// judge the directory ours.
+// restoreKeeper writes k back into d, durably (createFile): late entries
+// appeared after its unlink, and without it no later garbage collection
+// would judge the directory ours.
 func restoreKeeper(d *os.File, k *keeper) error {
 	if k.name == "" {
 		return nil
