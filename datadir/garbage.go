@@ -151,16 +151,26 @@ func moveToGarbage(node *os.File, e *entry) error {
 	return syncFile(node)
 }
 
+// keeperNames are our files that make a garbage directory ours by their
+// content (judgeGarbage): removeGarbage removes them only once nothing
+// else is left, so that a stale preparer's late writes never land in a
+// directory that holds nothing of ours any more.
+var keeperNames = []string{claimName, PreparingName, removingName}
+
 // removeGarbage empties the garbage directory name of node, open as d, and
 // removes it. First the marker's name aside goes, so that no linkat
 // (publishMarker) of a stale preparer can put a marker in place any more;
 // only then the marker, durably, renamed to removingName (a copy from it,
 // begun while it was a valid version, fails its sourceStillValid check),
-// and again after the listing; then everything but our own files; then
-// those. Why no window remains: see docs/datadir.md, Garbage collection.
-// A stale preparer may still write into it through its descriptor
-// meanwhile: rmdir then fails (not empty), and it is emptied again, at
-// most three times; what is left, the next garbage collection removes.
+// and again after the listing; then everything but the files that make it
+// ours by content (keeperNames); those only when nothing else is left.
+// Why no window remains: see docs/datadir.md, Garbage collection. A stale
+// preparer may still write into it through its descriptor meanwhile: it
+// is emptied again, at most three times, and what is left, still holding
+// a keeper, the next garbage collection removes. Should a late write land
+// between the keepers' unlink and the rmdir, the first keeper is written
+// back (the directory is ours: we renamed it out of the versions, or
+// judged it ours).
 func removeGarbage(node *os.File, name string, d *os.File, steps *atomic.Int64) error {
 	if err := checkVersionNotMount(node, d); err != nil {
 		return err
@@ -168,7 +178,7 @@ func removeGarbage(node *os.File, name string, d *os.File, steps *atomic.Int64) 
 	if err := makeWritable(d); err != nil {
 		return err
 	}
-	var err error
+	var last error
 	for range 3 {
 		// removeAllAt: whatever is there (a directory planted under the
 		// name is as much the version's content as any other).
@@ -190,21 +200,97 @@ func removeGarbage(node *os.File, name string, d *os.File, steps *atomic.Int64) 
 		if err := unpublishMarker(d, steps); err != nil {
 			return err
 		}
-		// Ours last: a crash halfway leaves it recognisably ours.
+		// Our other files last: a crash halfway leaves it recognisably
+		// ours.
 		slices.SortStableFunc(names, func(a, b string) int {
 			return boolInt(slices.Contains(ownFileNames, a)) - boolInt(slices.Contains(ownFileNames, b))
 		})
 		for _, n := range names {
+			if slices.Contains(keeperNames, n) {
+				continue
+			}
 			if err := removeAllAt(d, n, steps); err != nil {
 				return err
 			}
 		}
-		if err = rmdirAt(node, name, d); err == nil || !errors.Is(err, unix.ENOTEMPTY) && !errors.Is(err, unix.EEXIST) {
+		k, err := removeKeepersIfAlone(d, steps)
+		if err != nil {
+			return err
+		}
+		if k == nil {
+			last = &os.PathError{Op: "rmdir", Path: path.Join(node.Name(), name), Err: unix.ENOTEMPTY}
+			continue
+		}
+		last = rmdirAt(node, name, d)
+		if last == nil || !errors.Is(last, unix.ENOTEMPTY) && !errors.Is(last, unix.EEXIST) {
+			return last
+		}
+		if err := restoreKeeper(d, k); err != nil {
 			return err
 		}
 	}
-	return err
+	return last
 }
+
+// keeper is a keeper file removeGarbage unlinked, kept to be written back.
+type keeper struct {
+	name string
+	b    []byte
+}
+
+// removeKeepersIfAlone removes the keepers of d if nothing else is left in
+// it, and returns the first (to write back should the rmdir fail); nil,
+// with nothing removed, if something else is left.
+func removeKeepersIfAlone(d *os.File, steps *atomic.Int64) (*keeper, error) {
+	names, err := readDirNames(d)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range names {
+		if !slices.Contains(keeperNames, n) {
+			return nil, nil
+		}
+	}
+	k := &keeper{}
+	for _, n := range keeperNames {
+		if !slices.Contains(names, n) {
+			continue
+		}
+		if k.name == "" {
+			// What judgeGarbage accepted is a small regular file; anything
+			// else under the name is not written back.
+			if b, err := readSmallFileAt(d, n); err == nil {
+				k.name, k.b = n, b
+			}
+			// Back as the claim, never as PreparingName: a stale
+			// preparer's unlink of that must keep failing.
+			if k.name == PreparingName {
+				k.name = claimName
+			}
+		}
+		if err := removeAllAt(d, n, steps); err != nil {
+			return nil, err
+		}
+	}
+	if testHookKeepersRemoved != nil {
+		testHookKeepersRemoved()
+	}
+	return k, nil
+}
+
+// restoreKeeper writes k back into d, durably (createFile): late entries
+// appeared after its unlink, and without it no later garbage collection
+// would judge the directory ours.
+func restoreKeeper(d *os.File, k *keeper) error {
+	if k.name == "" {
+		return nil
+	}
+	return createFile(d, k.name, k.b)
+}
+
+// testHookKeepersRemoved runs after removeGarbage removed the keepers,
+// before its rmdir.
+var testHookKeepersRemoved func()
 
 // unpublishMarker renames the marker of the garbage directory d, if any,
 // to removingName, durably. Something planted there that a rename of a

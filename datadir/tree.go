@@ -169,9 +169,11 @@ const (
 // linked after an ungraceful takeover (see shareable).
 func (t *tree) classify(rel string, mode fs.FileMode, shareable bool) action {
 	switch {
-	case rel == MarkerName || rel == PreparingName || rel == markerAsideName || rel == removingName:
+	case rel == MarkerName || rel == PreparingName || rel == markerAsideName || rel == removingName || rel == claimName:
 		// The target gets its own, and a stale in-progress file in a valid
-		// source (a crash just after its marker) means nothing.
+		// source (a crash just after its marker) means nothing; nor does a
+		// claim (a removal that claimed it and crashed before the rename,
+		// its preparer having put its marker in place in between).
 		return actSkip
 	case matchAny(t.cfg.skip, rel), t.cfg.rules.skips(rel):
 		return actSkip
