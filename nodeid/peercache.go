@@ -163,6 +163,12 @@ func (p *Provider) refreshCached(tr TenureRepository, c *peerCache) {
 			reads[s.ID] = true
 			budget--
 		}
+		if have && !e.corrupt && e.lease.Foreign() {
+			// Camunda's broker writes no tenure object and its take looks
+			// like a renewal in a listing: read at every refresh, as before
+			// issue 25. Only during a migration, and bounded by their count.
+			reads[s.ID] = true
+		}
 		if !ready && !c.confirmed[s.ID] && !p.listedExpired(s, e, have, listing.ServerDate, cluster) {
 			reads[s.ID] = true
 		}
