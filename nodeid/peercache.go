@@ -169,8 +169,10 @@ func (p *Provider) refreshCached(tr TenureRepository, c *peerCache) {
 		}
 		e, have := c.peers[s.ID]
 		if t, ok := newest[s.ID]; ok && (!have || t.Version > e.lease.Instance.Version) {
-			// A new tenure: its key says all a peer needs.
-			e = cachedPeer{lease: t.lease(), lm: s.LastModified, etag: s.ETag}
+			// A new tenure: its key says all a peer needs. No lease object
+			// was read (no etag): the listing's size may still say that
+			// this holder has released since.
+			e = cachedPeer{lease: t.lease(), lm: s.LastModified}
 			c.peers[s.ID], have = e, true
 		}
 		if have && !e.corrupt && e.lease.Held() && sizeSuggestsReleased(s.Size) && s.ETag != e.etag {

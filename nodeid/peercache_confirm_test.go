@@ -96,3 +96,57 @@ func TestReadinessConfirmationEndsWithTheHolderThatGaveIt(t *testing.T) {
 		t.Errorf("known version of node 0 = %d, want camunda-b's 2", got)
 	}
 }
+
+// A tenure object first seen after its holder released (its take, tenure and
+// release all between two refreshes) is shown released at its version, with
+// no address, as the listed size says: not held with the gone task's
+// address until the lease would have expired.
+func TestTenureFirstSeenAfterItsReleaseIsShownReleased(t *testing.T) {
+	srv := s3test.NewFake(t)
+	const n = 6
+	ctx := context.Background()
+	if err := nodeid.Initialize(ctx, rootRepo(t, srv), n, "init", 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	tenure := func(id int, v nodeid.Version, d time.Duration) {
+		key, ok := nodeid.TenureKey("", nodeid.TenureObject{ID: id, Version: v, LeaseDuration: d,
+			Address: fmt.Sprintf("10.0.0.%d:26502", id+1), TaskID: fmt.Sprintf("peer-%d", id)})
+		if !ok {
+			t.Fatal("tenure key")
+		}
+		putRaw(t, srv, key, "{}", nil)
+	}
+	// Nodes 1..4: live nodeid holders known only from their tenure objects,
+	// so the verification GET reads them first (listing order).
+	for id := 1; id <= 4; id++ {
+		l := nodeid.Lease{TaskID: fmt.Sprintf("peer-%d", id), Instance: nodeid.NodeInstance{ID: id, Version: 1},
+			Expires: time.Now().Add(time.Hour), Duration: time.Hour, Nonce: fmt.Sprintf("nonce-%d", id), Acquirable: true,
+			Address: fmt.Sprintf("10.0.0.%d:26502", id+1)}
+		body, meta := l.Encode()
+		putRaw(t, srv, nodeid.LeaseKey("", id), string(body), meta)
+		tenure(id, 1, time.Hour)
+	}
+	// Node 5: peer-5 took v1, wrote its tenure object and released.
+	tenure(5, 1, time.Hour)
+	rel := nodeid.Lease{Writer: "peer-5", Instance: nodeid.NodeInstance{ID: 5, Version: 1}, Nonce: "released-5", Acquirable: true}
+	body, meta := rel.Encode()
+	putRaw(t, srv, nodeid.LeaseKey("", 5), string(body), meta)
+
+	ops := &opCounts{}
+	cfg := fastConfig(t, "nodeid-h", n, nil)
+	cfg.AllowedIDs = []int{0}
+	cfg.MappingsRefreshInterval = 300 * time.Millisecond
+	h := newProvider(t, newS3Repo(t, srv, "", "", 2*time.Second, countingOps(ops)), cfg)
+	acquire(t, h, 10*time.Second)
+	waitFor(t, 5*time.Second, "ready", h.Ready)
+	lists := ops.get("list")
+	waitFor(t, 5*time.Second, "a refresh", func() bool { return ops.get("list") > lists })
+	for range 3 { // the first refreshes: node 5 not read yet
+		time.Sleep(cfg.MappingsRefreshInterval)
+		for _, peer := range h.Peers() {
+			if peer.ID == 5 && (peer.State != nodeid.PeerReleased || peer.Address != "") {
+				t.Fatalf("node 5 shown %s at %q, v%d; want released with no address", peer.State, peer.Address, peer.Version)
+			}
+		}
+	}
+}
