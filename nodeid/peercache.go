@@ -20,10 +20,29 @@ const refreshNodesPerL = 333
 // (docs/design.md, "Learning peers at scale"). Only refreshLoop uses it.
 type peerCache struct {
 	peers     map[int]cachedPeer
-	confirmed map[int]bool // peers whose lease listed our version (readiness)
-	published bool         // our tenure object exists
-	gcDenied  bool         // a delete of our old tenure objects was refused: no more tries
-	gcWarned  bool         // a failed delete was logged (once per tenure)
+	confirmed map[int]confirmation // peers whose lease listed our version (readiness)
+	published bool                 // our tenure object exists
+	gcDenied  bool                 // a delete of our old tenure objects was refused: no more tries
+	gcWarned  bool                 // a failed delete was logged (once per tenure)
+}
+
+// confirmation is a read that showed our version in a peer's lease. It
+// belongs to that holder and that object: a different cached holder or
+// version (a newer tenure object), a listed size other than the one read
+// (another writer's body, e.g. a Camunda broker's take), a release or a
+// listing that shows the lease expired each end it (confirms).
+type confirmation struct {
+	version Version
+	taskID  string
+	size    int64
+}
+
+// confirms reports whether id's confirmation still stands for the holder
+// cached as e and the slot listed as s.
+func (c *peerCache) confirms(s Slot, e cachedPeer, have bool) bool {
+	cf, ok := c.confirmed[s.ID]
+	return ok && have && !e.corrupt && e.lease.Held() &&
+		cf.version == e.lease.Instance.Version && cf.taskID == e.lease.TaskID && cf.size == s.Size
 }
 
 // cachedPeer is the last reading of one peer: a lease read by GET, or one
@@ -37,7 +56,7 @@ type cachedPeer struct {
 }
 
 func newPeerCache() *peerCache {
-	return &peerCache{peers: map[int]cachedPeer{}, confirmed: map[int]bool{}}
+	return &peerCache{peers: map[int]cachedPeer{}, confirmed: map[int]confirmation{}}
 }
 
 // publishTenure creates the tenure object of inst, which we hold, and
@@ -133,6 +152,11 @@ func (p *Provider) refreshCached(tr TenureRepository, c *peerCache) {
 			delete(c.peers, id)
 		}
 	}
+	for id := range c.confirmed {
+		if _, ok := listed[id]; !ok {
+			delete(c.confirmed, id)
+		}
+	}
 
 	// Which slots to read: those nothing explains (bounded), the least
 	// recently read one, and, until ready, every one that may be live.
@@ -145,8 +169,10 @@ func (p *Provider) refreshCached(tr TenureRepository, c *peerCache) {
 		}
 		e, have := c.peers[s.ID]
 		if t, ok := newest[s.ID]; ok && (!have || t.Version > e.lease.Instance.Version) {
-			// A new tenure: its key says all a peer needs.
-			e = cachedPeer{lease: t.lease(), lm: s.LastModified, etag: s.ETag}
+			// A new tenure: its key says all a peer needs. No lease object
+			// was read (no etag): the listing's size may still say that
+			// this holder has released since.
+			e = cachedPeer{lease: t.lease(), lm: s.LastModified}
 			c.peers[s.ID], have = e, true
 		}
 		if have && !e.corrupt && e.lease.Held() && sizeSuggestsReleased(s.Size) && s.ETag != e.etag {
@@ -163,7 +189,16 @@ func (p *Provider) refreshCached(tr TenureRepository, c *peerCache) {
 			reads[s.ID] = true
 			budget--
 		}
-		if !ready && !c.confirmed[s.ID] && !p.listedExpired(s, e, have, listing.ServerDate, cluster) {
+		if have && !e.corrupt && e.lease.Foreign() {
+			// Camunda's broker writes no tenure object and its take looks
+			// like a renewal in a listing: read at every refresh, as before
+			// issue 25. Only during a migration, and bounded by their count.
+			// So a Camunda broker's confirmation is never kept unread.
+			reads[s.ID] = true
+		}
+		if p.listedExpired(s, e, have, listing.ServerDate, cluster) {
+			delete(c.confirmed, s.ID) // its next holder must show our version itself
+		} else if !ready && !c.confirms(s, e, have) {
 			reads[s.ID] = true
 		}
 		if oldest < 0 || e.readAt.Before(oldestAt) {
@@ -203,10 +238,13 @@ func (p *Provider) refreshCached(tr TenureRepository, c *peerCache) {
 			default:
 				c.peers[s.ID] = cachedPeer{lease: got.Lease, etag: got.ETag, lm: got.LastModified, readAt: now}
 				rec = got
-				if !got.Lease.Held() || !liveByServerClock(got, p.cfg.LeaseDuration, cluster) ||
-					got.Lease.KnownVersions[inst.ID] >= inst.Version {
-					c.confirmed[s.ID] = got.Lease.Held() && got.Lease.KnownVersions[inst.ID] >= inst.Version
+				knows := got.Lease.Held() && got.Lease.KnownVersions[inst.ID] >= inst.Version
+				if knows {
+					c.confirmed[s.ID] = confirmation{version: got.Lease.Instance.Version, taskID: got.Lease.TaskID, size: got.Size}
 				} else {
+					delete(c.confirmed, s.ID)
+				}
+				if !knows && got.Lease.Held() && liveByServerClock(got, p.cfg.LeaseDuration, cluster) {
 					peersKnow = false
 				}
 			}
@@ -229,7 +267,7 @@ func (p *Provider) refreshCached(tr TenureRepository, c *peerCache) {
 		}
 		fresh[s.ID] = peerOf(rec, p.cfg.LeaseDuration, cluster)
 		learned.Observe(s.ID, rec.Lease.Instance.Version)
-		if !ready && !c.confirmed[s.ID] && rec.Lease.Held() && liveByServerClock(rec, p.cfg.LeaseDuration, cluster) {
+		if !ready && !c.confirms(s, e, true) && rec.Lease.Held() && liveByServerClock(rec, p.cfg.LeaseDuration, cluster) {
 			peersKnow = false
 		}
 	}
