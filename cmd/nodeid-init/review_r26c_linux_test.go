@@ -1,6 +1,8 @@
 package main_test
 
 import (
+	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -56,4 +58,40 @@ func TestReviewR26cHungLeaseFileExitWithinDocumentedBound(t *testing.T) {
 	if bound := 12 * time.Second; took > bound {
 		t.Errorf("exit 3 came %v after the loss, documented bound 1 s + 5 s + L + 2 s = %v:\n%s", took.Round(100*time.Millisecond), bound, tk.out.String())
 	}
+}
+
+// Review r26c (availability): the peers file and the templates are written
+// before the start (beforeStart) with an fsync that no bound watches: only
+// the data root's phases are bounded by --fs-timeout. A peers file on a file
+// system whose fsync stops answering (not the data root, not the lease
+// file's) leaves the task holding and renewing the node ID, /healthz 200,
+// with the command never started, for ever: ECS never replaces it and no
+// other task can take the ID.
+//
+// Schedule: lease 2 s, --fs-timeout 2 s; --peers-file on a FUSE mount whose
+// fsync hangs from the start; the data root and lease file elsewhere.
+func TestReviewR26cHungPeersFileBeforeTheStartHoldsTheIDForever(t *testing.T) {
+	f := efsfs.MountT(t, efsfs.Profile{})
+	f.HangFsync()
+	t.Cleanup(f.Release)
+	c := newCluster(t, s3test.NewFake(t), 1)
+	addr := freeAddr(t)
+	tk := c.start("holder", []string{"NODEID_PEERS_FILE=" + filepath.Join(f.Dir, "peers.json"), "NODEID_FS_TIMEOUT=2s",
+		"NODEID_LEASE_FILE=" + filepath.Join(c.dir, "lease.json"), "NODEID_METRICS_ADDR=" + addr},
+		"run", "--", "sh", "-c", childScript)
+	// Far past every bound: fs-timeout 2 s, lease 2 s.
+	select {
+	case <-tk.done:
+		t.Logf("exited %d", tk.code)
+		return
+	case <-time.After(15 * time.Second):
+	}
+	_, started := os.Stat(tk.report)
+	status := -1
+	if resp, err := http.Get("http://" + addr + "/healthz"); err == nil {
+		status = resp.StatusCode
+		resp.Body.Close()
+	}
+	t.Errorf("15 s after the start (fs-timeout 2 s, lease 2 s): still running, command started=%v, /healthz %d; a peers file whose fsync hangs holds the node ID for ever:\n%s",
+		started == nil, status, tk.out.String())
 }
