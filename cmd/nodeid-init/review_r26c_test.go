@@ -1,6 +1,7 @@
 package main_test
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -94,5 +95,43 @@ func TestReviewR26cHeldDirectoryRenamedOutOfTheDataRootIsStillWritten(t *testing
 	}
 	if b, err := os.ReadFile(filepath.Join(conf, "broker.properties")); err == nil {
 		t.Logf("at the configured path: %q", b)
+	}
+}
+
+// Review r26c (invariant 5, bad input): run's default lease and peers
+// files are claimed after the session started (claimDefaultLeaseFile), by
+// walking $TMPDIR, and only then opened from the data root. With $TMPDIR
+// under the data root (a read-only root file system leaves only the data
+// volume writable) and a symlink out of the data root planted at it, run
+// creates nodeid-<uid>/lease.lock outside the data root, logs, and only then
+// refuses.
+//
+// Wanted: exit 2, one error line, nothing written outside the data root.
+func TestReviewR26cDefaultLeaseFileUnderTheDataRootWritesOutsideBeforeTheRefusal(t *testing.T) {
+	c := newCluster(t, s3test.NewFake(t), 1)
+	outside := t.TempDir()
+	tmp := filepath.Join(c.root, "tmp")
+	if err := os.Symlink(outside, tmp); err != nil {
+		t.Fatal(err)
+	}
+	tk := c.start("node-0", []string{"TMPDIR=" + tmp}, "run", "--", "sh", "-c", childScript)
+	code := tk.wait(t, 20*time.Second)
+	msg := tk.out.String()
+	t.Logf("exit %d:\n%s", code, msg)
+	var found []string
+	_ = filepath.WalkDir(outside, func(p string, d os.DirEntry, err error) error {
+		if err == nil && p != outside {
+			found = append(found, p)
+		}
+		return nil
+	})
+	if len(found) > 0 {
+		t.Errorf("wrote outside the data root through the symlink %s -> %s: %v", tmp, outside, found)
+	}
+	if code == 0 || code == 2 && len(strings.Split(strings.TrimRight(msg, "\n"), "\n")) != 1 {
+		t.Errorf("exit %d, want 2 with one error line:\n%s", code, msg)
+	}
+	if l, err := c.repo().List(context.Background()); err != nil || len(l.Slots) != 0 {
+		t.Errorf("a refused start wrote lease objects: %+v %v", l.Slots, err)
 	}
 }
