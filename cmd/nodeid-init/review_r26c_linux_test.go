@@ -95,3 +95,30 @@ func TestReviewR26cHungPeersFileBeforeTheStartHoldsTheIDForever(t *testing.T) {
 	t.Errorf("15 s after the start (fs-timeout 2 s, lease 2 s): still running, command started=%v, /healthz %d; a peers file whose fsync hangs holds the node ID for ever:\n%s",
 		started == nil, status, tk.out.String())
 }
+
+// Review r26c (invariant 4 bound, availability): with the default lease
+// file, run's last deferred step after a loss closes the lease.lock it
+// holds in $TMPDIR/nodeid-<uid> (or removes its private directory). On a
+// $TMPDIR whose file system stopped answering that close (FUSE flush) or
+// unlink does not return: nothing bounds it, unlike the lease-file writes.
+//
+// Schedule: lease 2 s; TMPDIR on a FUSE mount (default lease and peers
+// files there); the mount hangs while the command runs. Wanted: exit 3
+// within the documented bounds (here well under 40 s).
+func TestReviewR26cHungTempDirDefaultLeaseFileExitIsBounded(t *testing.T) {
+	f := efsfs.MountT(t, efsfs.Profile{})
+	c := newCluster(t, s3test.NewFake(t), 1)
+	tk := c.start("holder", []string{"TMPDIR=" + f.Dir, "NODEID_FS_TIMEOUT=2s"}, "run", "--", "sh", "-c", childScript)
+	tk.identity(t, 20*time.Second)
+	f.HangAll()
+	t.Cleanup(f.Release)
+	select {
+	case <-tk.done:
+		t.Logf("exit %d", tk.code)
+		if tk.code != 3 {
+			t.Errorf("exit %d, want 3:\n%s", tk.code, tk.out.String())
+		}
+	case <-time.After(40 * time.Second):
+		t.Errorf("still running 40 s after $TMPDIR (the default lease file's) hung, lease 2 s:\n%s", tk.out.String())
+	}
+}
