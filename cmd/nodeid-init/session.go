@@ -201,14 +201,21 @@ func (sess *session) handleLost(err error) {
 // version. Every command that takes a lease defers it, so no exit path
 // (a loss before the command started, during the preparation, ...) skips
 // it. Bounded: the restore is bounded by the old deadline, at most L away.
+// Every call shares one deadline, L + 2 s after the loss was fenced, so the
+// calls on the way out (lost, closeOutputs, the deferred ones) add no wait
+// of their own when the loss is never handled (its lease-file write hung).
 func (sess *session) awaitLossHandled() {
 	p := sess.currentProvider()
 	if p == nil || !errors.Is(p.Err(), nodeid.ErrLeaseLost) {
 		return // no loss, or the lease file ended the tenure: nothing to wait for
 	}
+	sess.fence.at.CompareAndSwap(0, time.Now().UnixNano()) // a loss not fenced (none ran)
+	deadline := time.Unix(0, sess.fence.at.Load()).Add(p.Config().LeaseDuration + 2*time.Second)
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
 	select {
 	case <-sess.lostHandled:
-	case <-time.After(p.Config().LeaseDuration + 2*time.Second):
+	case <-timer.C:
 	}
 }
 
