@@ -27,6 +27,9 @@ type heldFile struct {
 	dir  *os.Root
 	name string
 	tmp  string // prefix of the temporary files, as leasefile names them
+	// bound, when set, runs each writeFile within --fs-timeout
+	// (session.boundOutputs): a hung output must not hold the ID.
+	bound func(what string, fn func() error) error
 }
 
 // errNotRegularOutput is a destination that became a symlink, a directory
@@ -163,7 +166,25 @@ func (h *heldFile) replace(data []byte, mode os.FileMode, durable bool) error {
 // writeFile is leasefile.WriteFile into the held directory: synced before
 // the rename.
 func (h *heldFile) writeFile(data []byte, mode os.FileMode) error {
+	if h.bound != nil {
+		return h.bound("write of "+h.path, func() error { return h.replace(data, mode, true) })
+	}
 	return h.replace(data, mode, true)
+}
+
+// boundOutputs bounds every later writeFile of hs (nil entries skipped) by
+// --fs-timeout, on its own goroutine, as a phase on the data root is: a
+// file system that stops answering (an fsync that never returns) would
+// otherwise hold the node ID with the command never started, or the
+// supervisor stuck in a re-rendering. Past the bound the process abandons
+// the lease and exits 7 (abandonOnHang). The lease file is not bound here:
+// a hung lease-file write ends the tenure through the self-fence deadline.
+func (sess *session) boundOutputs(hs ...*heldFile) {
+	for _, h := range hs {
+		if h != nil {
+			h.bound = func(what string, fn func() error) error { return sess.boundedFS("output", what, fn) }
+		}
+	}
 }
 
 // writeLease is leasefile.Write into the held directory: the same bytes

@@ -104,6 +104,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	sess.leaseOut, sess.peersOut = held[0], held[1]
+	sess.boundOutputs(held[1:]...)
 	defer sess.logw.Close(logFlushTimeout)
 	defer sess.awaitLossHandled() // on every path, before the log's last flush
 	defer sess.closeOutputs()
@@ -133,6 +134,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if sess.peersOut, err = openHeldFile("peers file", s.peersFile, s.dataRoot); err != nil {
 			return err
 		}
+		sess.boundOutputs(sess.peersOut)
 	}
 	defer sess.stopWaiting()
 	p := sess.provider
