@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -91,6 +92,20 @@ func claimDefaultLeaseFile(log *slog.Logger) (path string, cleanup func(), err e
 		"default", defaultLeasePath(), "reason", reason, "lease_file", path)
 	cleanup = func() { removePrivateDir(dirFd, private) }
 	return path, cleanup, nil
+}
+
+// boundedCleanup runs cleanup (the default lease file's: claimDefaultLeaseFile)
+// on its own goroutine and waits for it at most --fs-timeout.
+func (sess *session) boundedCleanup(cleanup func()) {
+	done := make(chan struct{})
+	go func() { defer close(done); cleanup() }()
+	timer := time.NewTimer(sess.s.fsBound())
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+		sess.log.Warn("default lease file not cleaned up: its file system did not answer", "path", sess.leaseFile, "fs_timeout_seconds", sess.s.fsBound().Seconds())
+	}
 }
 
 // removePrivateDir removes the private lease directory that dirFd was

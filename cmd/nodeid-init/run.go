@@ -114,8 +114,11 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if err != nil {
 			return err
 		}
-		// After the provider's `lost` write, as closeOutputs.
-		defer func() { sess.awaitLossHandled(); cleanup() }()
+		// After the provider's `lost` write, as closeOutputs; bounded, as
+		// every file-system phase: on a hung $TMPDIR the close of lease.lock
+		// (a FUSE flush) or an unlink never returns. Abandoned, the process
+		// exits and the kernel closes the descriptor.
+		defer func() { sess.awaitLossHandled(); sess.boundedCleanup(cleanup) }()
 		s.leaseFile, leasePath = path, path
 		if defaultPeers {
 			s.peersFile = defaultPeersFile(path)
