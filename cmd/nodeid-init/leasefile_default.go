@@ -30,6 +30,29 @@ func checkTempDir() error {
 	return nil
 }
 
+// checkTempDirPlacement applies the outputs' rule (openHeldFile) to the
+// default lease and peers files' directory before anything is created or
+// logged: a $TMPDIR under the data root (a read-only root file system
+// leaves only the data volume writable) must be reached inside it, not
+// through a symlink or `..` that leads out of it.
+func (s *settings) checkTempDirPlacement() error {
+	if err := s.checkDataRoot(); err != nil {
+		return err
+	}
+	dir := os.TempDir()
+	root, rel, err := underDataRoot(dir, s.dataRoot)
+	if err != nil || root == nil {
+		return nil // not under it; a failure to tell shows again when the outputs are opened
+	}
+	defer root.Close()
+	d, err := root.OpenRoot(rel)
+	if err != nil {
+		return usagef("lease file: $TMPDIR %s lies under the data root %s but leads out of it (%v): set --lease-file or NODEID_LEASE_FILE, or TMPDIR", dir, s.dataRoot, unwrapPath(err))
+	}
+	d.Close()
+	return nil
+}
+
 // claimDefaultLeaseFile takes the default lease file for this process: it
 // creates $TMPDIR/nodeid-<uid> (mode 0755, a broker that dropped
 // privileges still reads it) and locks lease.lock in it for as long as the

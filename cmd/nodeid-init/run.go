@@ -41,6 +41,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if err := checkTempDir(); err != nil {
 			return err
 		}
+		if err := s.checkTempDirPlacement(); err != nil {
+			return err
+		}
 		leasePath = defaultLeasePath()
 	} else if err := checkWritableFile("lease file", s.leaseFile); err != nil {
 		return err
