@@ -122,3 +122,46 @@ func TestReviewR26cHungTempDirDefaultLeaseFileExitIsBounded(t *testing.T) {
 		t.Errorf("still running 40 s after $TMPDIR (the default lease file's) hung, lease 2 s:\n%s", tk.out.String())
 	}
 }
+
+// r26c.1 for renew: its lease file on a file system that stops answering.
+// The renewal's lease-file write hangs, the watchdog fences at the
+// deadline, and the provider's EventLost write hangs too, so OnLost never
+// runs: renew must still exit 3, within L + 2 s of the loss (plus the
+// fence's 1 s), not wait for a loss report that never comes.
+func TestRenewHungLeaseFileExitsWithinTheLossBound(t *testing.T) {
+	f := efsfs.MountT(t, efsfs.Profile{})
+	c := newCluster(t, s3test.StartVersity(t), 1)
+	envFile := filepath.Join(t.TempDir(), "node.env")
+	env := []string{"NODEID_ENV_FILE=" + envFile, "NODEID_LEASE_FILE=" + filepath.Join(f.Dir, "lease.json"),
+		"NODEID_FS_TIMEOUT=2s", "NODEID_LEASE_DURATION=4s", "NODEID_RENEW_INTERVAL=1s"}
+	if code := c.start("task-a", env, "acquire").wait(t, 20*time.Second); code != 0 {
+		t.Fatalf("acquire exited %d", code)
+	}
+	tk := c.start("task-a", env, "renew")
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(tk.out.String(), "renewing adopted lease") {
+		if time.Now().After(deadline) || !tk.running() {
+			t.Fatalf("renew did not adopt (exit %d):\n%s", tk.code, tk.out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	f.HangAll()
+	t.Cleanup(f.Release)
+	var lost time.Time
+	for deadline = time.Now().Add(20 * time.Second); lost.IsZero(); time.Sleep(20 * time.Millisecond) {
+		if strings.Contains(tk.out.String(), "lease lost") {
+			lost = time.Now()
+		} else if time.Now().After(deadline) || !tk.running() {
+			t.Fatalf("no loss logged (running=%v exit %d):\n%s", tk.running(), tk.code, tk.out.String())
+		}
+	}
+	code := tk.wait(t, 60*time.Second)
+	took := time.Since(lost)
+	t.Logf("loss -> exit %v (exit %d)", took.Round(100*time.Millisecond), code)
+	if code != 3 {
+		t.Errorf("exit %d, want 3:\n%s", code, tk.out.String())
+	}
+	if bound := 1*time.Second + 4*time.Second + 2*time.Second + time.Second; took > bound {
+		t.Errorf("exit came %v after the loss, bound 1 s + L + 2 s (+1 s slack) = %v:\n%s", took.Round(100*time.Millisecond), bound, tk.out.String())
+	}
+}
