@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/nodeid/nodeid/leasefile"
 )
@@ -222,6 +223,34 @@ func (h *heldFile) writeFile(data []byte, mode os.FileMode) error {
 	return h.replace(data, mode, true)
 }
 
+// boundedOutput is boundedFS for an output write, which a stop request
+// (stopRequested: SIGTERM before the command started) also ends: the
+// write is given one more second, then abandoned as a hang (exit 7, no
+// release), so a hung output cannot make the task ignore its stop for
+// up to --fs-timeout.
+func (sess *session) boundedOutput(what string, fn func() error) error {
+	bound := sess.s.fsBound()
+	done := make(chan error, 1)
+	go func() { done <- fn() }()
+	timer := time.NewTimer(bound)
+	defer timer.Stop()
+	cause := fmt.Errorf("%w: %s did not return within %v", errFSHung, what, bound)
+	select {
+	case err := <-done:
+		return err
+	case <-timer.C:
+	case <-sess.stopRequested:
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(time.Second):
+		}
+		cause = fmt.Errorf("%w: %s had not returned when the stop was requested", errFSHung, what)
+	}
+	sess.abandonOnHang("output", cause)
+	return nil // not reached
+}
+
 // boundOutputs bounds every later writeFile of hs (nil entries skipped) by
 // --fs-timeout, on its own goroutine, as a phase on the data root is: a
 // file system that stops answering (an fsync that never returns) would
@@ -232,7 +261,7 @@ func (h *heldFile) writeFile(data []byte, mode os.FileMode) error {
 func (sess *session) boundOutputs(hs ...*heldFile) {
 	for _, h := range hs {
 		if h != nil {
-			h.bound = func(what string, fn func() error) error { return sess.boundedFS("output", what, fn) }
+			h.bound = sess.boundedOutput
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -163,5 +164,39 @@ func TestRenewHungLeaseFileExitsWithinTheLossBound(t *testing.T) {
 	}
 	if bound := 1*time.Second + 4*time.Second + 2*time.Second + time.Second; took > bound {
 		t.Errorf("exit came %v after the loss, bound 1 s + L + 2 s (+1 s slack) = %v:\n%s", took.Round(100*time.Millisecond), bound, tk.out.String())
+	}
+}
+
+// r26c.2: a stop requested while an output write hangs before the start
+// ends the task at once (exit 7, the lease left to expire), not after
+// --fs-timeout (here 1 m).
+func TestHungPeersFileWriteEndsOnSIGTERM(t *testing.T) {
+	f := efsfs.MountT(t, efsfs.Profile{})
+	f.HangFsync()
+	t.Cleanup(f.Release)
+	c := newCluster(t, s3test.NewFake(t), 1)
+	tk := c.start("holder", []string{"NODEID_PEERS_FILE=" + filepath.Join(f.Dir, "peers.json"), "NODEID_FS_TIMEOUT=1m",
+		"NODEID_LEASE_FILE=" + filepath.Join(c.dir, "lease.json")},
+		"run", "--", "sh", "-c", childScript)
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(tk.out.String(), "template rendered") && !strings.Contains(tk.out.String(), "acquired") {
+		if time.Now().After(deadline) || !tk.running() {
+			t.Fatalf("not acquired (exit %d):\n%s", tk.code, tk.out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(time.Second) // in the peers file's fsync
+	if err := tk.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	sent := time.Now()
+	code := tk.wait(t, 30*time.Second)
+	took := time.Since(sent)
+	t.Logf("SIGTERM -> exit %v (exit %d)", took.Round(100*time.Millisecond), code)
+	if code != 7 || took > 6*time.Second {
+		t.Errorf("exit %d %v after SIGTERM; want 7 within 1 s + 3 s (+2 s slack):\n%s", code, took.Round(100*time.Millisecond), tk.out.String())
+	}
+	if _, err := os.Stat(tk.report); err == nil {
+		t.Errorf("the command was started")
 	}
 }

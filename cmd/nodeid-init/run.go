@@ -146,6 +146,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	p := sess.provider
 
 	stopping := make(chan struct{})
+	sess.stopRequested = stopping
 	watcherDone := make(chan struct{})
 	go func() {
 		defer close(watcherDone)

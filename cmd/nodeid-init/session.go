@@ -69,6 +69,10 @@ type session struct {
 	tmplData *templateData
 	tmplOut  [][]byte
 
+	// stopRequested is closed when a stop signal came before the command
+	// started (run), nil otherwise: it ends a hung output write early.
+	stopRequested chan struct{}
+
 	// spare is set while the task waits for a node ID (a hot spare), with
 	// or without a lease file: /healthz passes for it, as `health` does
 	// for the `waiting` lease file.
