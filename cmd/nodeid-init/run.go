@@ -113,7 +113,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	defer sess.closeOutputs()
 	go sess.relaySignals(ctx, passed)
 	if defaultLease {
-		path, cleanup, err := claimDefaultLeaseFile(sess.log)
+		path, cleanup, err := claimDefaultLeaseFile(sess.log, s.dataRoot)
 		if err != nil {
 			return err
 		}
