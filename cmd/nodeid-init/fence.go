@@ -17,9 +17,6 @@ import (
 type fence struct {
 	pgid   atomic.Int64 // the command's pid = pgid once started, else 0
 	fenced atomic.Bool  // the lease was lost
-	// at is when the loss was first fenced (Unix ns, 0 before): every wait
-	// for the loss to be handled shares one deadline from it.
-	at atomic.Int64
 }
 
 // fenceWait bounds the fence's wait for the killed tree to die. Death by
@@ -31,7 +28,6 @@ const fenceWait = time.Second
 // most fenceWait, until it is dead. Only then may the loss be logged.
 func (f *fence) kill(*nodeid.LostError) {
 	f.fenced.Store(true)
-	f.at.CompareAndSwap(0, time.Now().UnixNano()) // the vDSO clock: no wait
 	if pg := int(f.pgid.Load()); pg > 0 {
 		killTree(pg)
 		awaitTreeDead(pg, fenceWait)

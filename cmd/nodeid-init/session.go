@@ -43,6 +43,9 @@ type session struct {
 	// provider logged the loss and ran its restore (see awaitLossHandled).
 	lostHandled     chan struct{}
 	lostHandledOnce sync.Once
+	// lossAt is when the provider fenced the loss (Unix ns, 0 before):
+	// every wait for the loss to be handled shares one deadline from it.
+	lossAt atomic.Int64
 
 	// leaseFileErr is the error of the last lease-file write (nil after a
 	// success); leaseFileFails counts failed writes in a row. fenced is set
@@ -146,7 +149,10 @@ func newSession(ctx context.Context, s *settings, stderr io.Writer) (_ *session,
 			cfg.Clock = c
 		}
 	}
-	cfg.OnFence = sess.fence.kill
+	cfg.OnFence = func(e *nodeid.LostError) {
+		sess.lossAt.CompareAndSwap(0, time.Now().UnixNano()) // the vDSO clock: no wait
+		sess.fence.kill(e)
+	}
 	cfg.OnLost = sess.handleLost
 	cfg.OnEvent = sess.handleEvent
 	p, err := nodeid.NewProvider(sess.repo, cfg)
@@ -213,8 +219,8 @@ func (sess *session) awaitLossHandled() {
 	if p == nil || !errors.Is(p.Err(), nodeid.ErrLeaseLost) {
 		return // no loss, or the lease file ended the tenure: nothing to wait for
 	}
-	sess.fence.at.CompareAndSwap(0, time.Now().UnixNano()) // a loss not fenced (none ran)
-	deadline := time.Unix(0, sess.fence.at.Load()).Add(p.Config().LeaseDuration + 2*time.Second)
+	sess.lossAt.CompareAndSwap(0, time.Now().UnixNano()) // a loss not fenced (none ran)
+	deadline := time.Unix(0, sess.lossAt.Load()).Add(p.Config().LeaseDuration + 2*time.Second)
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
 	select {
