@@ -63,6 +63,7 @@ func cmdAcquire(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	sess.leaseFile, sess.leaseOut = s.leaseFile, held[2]
+	sess.boundOutputs(handoffOut, envOut)
 	defer sess.logw.Close(logFlushTimeout)
 	defer sess.awaitLossHandled()
 	defer sess.closeOutputs()

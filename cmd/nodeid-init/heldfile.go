@@ -10,100 +10,150 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
+	"time"
 
 	"github.com/nodeid/nodeid/leasefile"
 )
 
 // heldFile is a file the supervisor replaces during the tenure: the lease
 // file, the peers file, a rendered template (also the env file and the
-// hand-off, written after a wait for an ID). Its directory is resolved once,
-// at start, by the path the operator configured (from within the data root
-// when under it: openHeldFile), and held open (os.Root);
-// every replacement is made inside that directory, never by walking the
-// path again. The path may run through a shared data root: a directory on
-// it swapped for a symlink meanwhile must not redirect the write out of it.
+// hand-off, written after a wait for an ID). Outside the data root its
+// directory is resolved once, at start, by the path the operator configured,
+// and held open (os.Root): every replacement is made inside that directory,
+// never by walking the path again. Under the data root (judged by identity,
+// underDataRoot) what is there is not the operator's (another tenant, a
+// previous task's broker): each write resolves the directory again inside
+// the data root's own os.Root, so a symlink out of it is refused and a
+// directory renamed out of it is no longer reached.
 type heldFile struct {
-	path string // as configured: for logs and errors
-	dir  *os.Root
+	path string   // as configured: for logs and errors
+	dir  *os.Root // the held directory (outside the data root), else nil
+	// root and rel: the data root, and the directory relative to it, for
+	// an output under the data root.
+	root *os.Root
+	rel  string
 	name string
 	tmp  string // prefix of the temporary files, as leasefile names them
+	// bound, when set, runs each writeFile within --fs-timeout
+	// (session.boundOutputs): a hung output must not hold the ID.
+	bound func(what string, fn func() error) error
 }
 
 // errNotRegularOutput is a destination that became a symlink, a directory
 // or another non-regular file since start: it is not replaced.
 var errNotRegularOutput = errors.New("is no longer a regular file: not replaced")
 
-// openHeldFile opens path's directory and holds it. Under the data root
-// (dataRoot, "" for none) the directory is opened from the data root's own
-// os.Root: what is there at start is not the operator's (another tenant, a
-// previous task's broker), and a symlink or `..` on the way that leads out
-// of the data root is refused, a configuration error. Elsewhere the path
-// is followed as configured (symlinks included): that is the operator's.
+// openHeldFile opens path's directory: held as configured (symlinks
+// included: that is the operator's), or, under the data root (dataRoot, ""
+// for none), checked to be reachable inside it at start: a symlink or `..`
+// on the way that leads out of the data root is refused, a configuration
+// error.
 func openHeldFile(what, path, dataRoot string) (*heldFile, error) {
-	dir, err := openOutputDir(filepath.Dir(path), dataRoot)
+	h := &heldFile{path: path, name: filepath.Base(path), tmp: "." + filepath.Base(path) + "."}
+	dir := filepath.Dir(path)
+	root, rel, err := underDataRoot(dir, dataRoot)
+	if err == nil && root != nil {
+		h.root, h.rel = root, rel
+		var d *os.Root
+		if d, err = root.OpenRoot(rel); err == nil {
+			d.Close()
+		} else {
+			root.Close()
+			err = fmt.Errorf("%w (it lies under the data root %s, and a symlink or .. there may not lead out of it)", unwrapPath(err), dataRoot)
+		}
+	} else if err == nil {
+		h.dir, err = os.OpenRoot(dir)
+	}
 	if err != nil {
-		var pe *fs.PathError
-		if errors.As(err, &pe) {
-			err = pe.Err
-		}
-		return nil, usagef("%s %s: cannot open its directory: %v", what, path, err)
+		return nil, usagef("%s %s: cannot open its directory: %v", what, path, unwrapPath(err))
 	}
-	name := filepath.Base(path)
-	return &heldFile{path: path, dir: dir, name: name, tmp: "." + name + "."}, nil
+	return h, nil
 }
 
-// openOutputDir opens dir, from within dataRoot when dir lies under it.
-// Paths are compared cleaned and absolute, against the data root both as
-// configured and with its own symlinks resolved (the operator's).
-func openOutputDir(dir, dataRoot string) (*os.Root, error) {
-	if dataRoot != "" {
-		abs, err := filepath.Abs(dir)
-		if err != nil {
-			return nil, err
-		}
-		for _, r := range dataRootForms(dataRoot) {
-			rel, err := filepath.Rel(r, abs)
-			if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
-				continue
-			}
-			root, err := os.OpenRoot(r)
-			if err != nil {
-				return nil, err
-			}
-			defer root.Close() // the directory opened from it stays open
-			d, err := root.OpenRoot(rel)
-			if err != nil {
-				var pe *fs.PathError
-				if errors.As(err, &pe) {
-					err = pe.Err
-				}
-				return nil, fmt.Errorf("%w (it lies under the data root %s, and a symlink or .. there may not lead out of it)", err, dataRoot)
-			}
-			return d, nil
-		}
+func unwrapPath(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
 	}
-	return os.OpenRoot(dir)
+	return err
 }
 
-// dataRootForms is the data root cleaned and absolute, as configured and
-// with its symlinks resolved.
-func dataRootForms(dataRoot string) []string {
-	var out []string
-	if abs, err := filepath.Abs(dataRoot); err == nil {
-		out = append(out, abs)
-		if real, err := filepath.EvalSymlinks(abs); err == nil && real != abs {
-			out = append(out, real)
+// underDataRoot tells whether dir lies under the data root, by identity
+// rather than by the path's text: dir's directory prefixes are walked from
+// /, and the first that is the data root itself (same device and inode as
+// the data root opened now: through the operator's symlink to it or a bind
+// mount too) makes dir the rest of the path inside the data root. It
+// returns the data root, opened (the caller owns it), and dir relative to
+// it; nil when dir is not under it.
+func underDataRoot(dir, dataRoot string) (*os.Root, string, error) {
+	if dataRoot == "" {
+		return nil, "", nil
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, "", err
+	}
+	root, err := os.OpenRoot(dataRoot)
+	if err != nil {
+		return nil, "", err
+	}
+	fi, err := root.Stat(".")
+	if err != nil {
+		root.Close()
+		return nil, "", err
+	}
+	want, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		root.Close()
+		return nil, "", fmt.Errorf("data root %s: no device and inode", dataRoot)
+	}
+	parts := strings.Split(strings.TrimPrefix(abs, string(filepath.Separator)), string(filepath.Separator))
+	if abs == string(filepath.Separator) {
+		parts = nil
+	}
+	for i := 0; i <= len(parts); i++ {
+		prefix := string(filepath.Separator) + filepath.Join(parts[:i]...)
+		var st syscall.Stat_t
+		if syscall.Stat(prefix, &st) != nil {
+			break // the rest does not exist: not reached through the data root
+		}
+		if st.Dev == want.Dev && st.Ino == want.Ino {
+			rel := filepath.Join(parts[i:]...)
+			if rel == "" {
+				rel = "."
+			}
+			return root, rel, nil
 		}
 	}
-	return out
+	root.Close()
+	return nil, "", nil
 }
 
 // close releases the directory; nil-safe. It does not wait for a write in
 // flight (os.Root.Close does not).
 func (h *heldFile) close() {
 	if h != nil {
-		_ = h.dir.Close()
+		if h.dir != nil {
+			_ = h.dir.Close()
+		}
+		if h.root != nil {
+			_ = h.root.Close()
+		}
 	}
+}
+
+// openDir is the directory of the next write: the held one, or the one
+// the path names inside the data root now (close it after the write).
+func (h *heldFile) openDir() (*os.Root, func(), error) {
+	if h.dir != nil {
+		return h.dir, func() {}, nil
+	}
+	d, err := h.root.OpenRoot(h.rel)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: its directory under the data root: %w", h.path, err)
+	}
+	return d, func() { d.Close() }, nil
 }
 
 // replace replaces the file atomically with data and mode, as
@@ -112,17 +162,21 @@ func (h *heldFile) close() {
 // A final name that is not a regular file (a symlink planted there) is
 // refused: rename would replace the link, but nobody configured one.
 func (h *heldFile) replace(data []byte, mode os.FileMode, durable bool) error {
-	if fi, err := h.dir.Lstat(h.name); err == nil && !fi.Mode().IsRegular() {
+	dir, done, err := h.openDir()
+	if err != nil {
+		return err
+	}
+	defer done()
+	if fi, err := dir.Lstat(h.name); err == nil && !fi.Mode().IsRegular() {
 		return fmt.Errorf("%s %w", h.path, errNotRegularOutput)
 	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
 	var f *os.File
 	var tmp string
-	var err error
 	for range 10 {
 		tmp = h.tmp + randomSuffix()
-		f, err = h.dir.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		f, err = dir.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 		if !errors.Is(err, fs.ErrExist) {
 			break
 		}
@@ -133,7 +187,7 @@ func (h *heldFile) replace(data []byte, mode os.FileMode, durable bool) error {
 	renamed := false
 	defer func() {
 		if !renamed {
-			_ = h.dir.Remove(tmp)
+			_ = dir.Remove(tmp)
 		}
 	}()
 	if _, err := f.Write(data); err != nil {
@@ -153,7 +207,7 @@ func (h *heldFile) replace(data []byte, mode os.FileMode, durable bool) error {
 	if err := f.Close(); err != nil {
 		return err
 	}
-	if err := h.dir.Rename(tmp, h.name); err != nil {
+	if err := dir.Rename(tmp, h.name); err != nil {
 		return err
 	}
 	renamed = true
@@ -163,7 +217,53 @@ func (h *heldFile) replace(data []byte, mode os.FileMode, durable bool) error {
 // writeFile is leasefile.WriteFile into the held directory: synced before
 // the rename.
 func (h *heldFile) writeFile(data []byte, mode os.FileMode) error {
+	if h.bound != nil {
+		return h.bound("write of "+h.path, func() error { return h.replace(data, mode, true) })
+	}
 	return h.replace(data, mode, true)
+}
+
+// boundedOutput is boundedFS for an output write, which a stop request
+// (stopRequested: SIGTERM before the command started) also ends: the
+// write is given one more second, then abandoned as a hang (exit 7, no
+// release), so a hung output cannot make the task ignore its stop for
+// up to --fs-timeout.
+func (sess *session) boundedOutput(what string, fn func() error) error {
+	bound := sess.s.fsBound()
+	done := make(chan error, 1)
+	go func() { done <- fn() }()
+	timer := time.NewTimer(bound)
+	defer timer.Stop()
+	cause := fmt.Errorf("%w: %s did not return within %v", errFSHung, what, bound)
+	select {
+	case err := <-done:
+		return err
+	case <-timer.C:
+	case <-sess.stopRequested:
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(time.Second):
+		}
+		cause = fmt.Errorf("%w: %s had not returned when the stop was requested", errFSHung, what)
+	}
+	sess.abandonOnHang("output", cause)
+	return nil // not reached
+}
+
+// boundOutputs bounds every later writeFile of hs (nil entries skipped) by
+// --fs-timeout, on its own goroutine, as a phase on the data root is: a
+// file system that stops answering (an fsync that never returns) would
+// otherwise hold the node ID with the command never started, or the
+// supervisor stuck in a re-rendering. Past the bound the process abandons
+// the lease and exits 7 (abandonOnHang). The lease file is not bound here:
+// a hung lease-file write ends the tenure through the self-fence deadline.
+func (sess *session) boundOutputs(hs ...*heldFile) {
+	for _, h := range hs {
+		if h != nil {
+			h.bound = sess.boundedOutput
+		}
+	}
 }
 
 // writeLease is leasefile.Write into the held directory: the same bytes

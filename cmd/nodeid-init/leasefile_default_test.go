@@ -15,7 +15,7 @@ func TestDefaultLeaseFileIsStableAndPrivate(t *testing.T) {
 	tmp := t.TempDir()
 	t.Setenv("TMPDIR", tmp)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	a, cleanA, err := claimDefaultLeaseFile(log)
+	a, cleanA, err := claimDefaultLeaseFile(log, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,7 +26,7 @@ func TestDefaultLeaseFileIsStableAndPrivate(t *testing.T) {
 	if err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o755 {
 		t.Fatalf("directory %v %v, want a 0755 directory", fi, err)
 	}
-	b, cleanB, err := claimDefaultLeaseFile(log)
+	b, cleanB, err := claimDefaultLeaseFile(log, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +42,7 @@ func TestDefaultLeaseFileIsStableAndPrivate(t *testing.T) {
 	}
 	cleanA()
 	// Released: the next run takes the stable path again.
-	c, cleanC, err := claimDefaultLeaseFile(log)
+	c, cleanC, err := claimDefaultLeaseFile(log, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +62,7 @@ func TestDefaultLeaseFileRefusesAnOpenDirectory(t *testing.T) {
 	if err := os.Chmod(filepath.Dir(defaultLeasePath()), 0o777); err != nil {
 		t.Fatal(err)
 	}
-	p, clean, err := claimDefaultLeaseFile(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	p, clean, err := claimDefaultLeaseFile(slog.New(slog.NewTextHandler(io.Discard, nil)), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,12 +89,12 @@ func TestRevsPrivateLeaseDirCleanupFollowsASwappedInSymlink(t *testing.T) {
 		t.Fatalf("checkTempDir refused %s: %v", tmp, err)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	_, cleanA, err := claimDefaultLeaseFile(log) // the first run holds the stable file
+	_, cleanA, err := claimDefaultLeaseFile(log, "") // the first run holds the stable file
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cleanA()
-	path, cleanB, err := claimDefaultLeaseFile(log) // the second gets a private one
+	path, cleanB, err := claimDefaultLeaseFile(log, "") // the second gets a private one
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -205,9 +205,14 @@ func (sess *session) setSpare(waiting bool) {
 // stopWaiting, on the way out of a task that never acquired, replaces a
 // `waiting` lease file with `stopped`, so `health` fails at once.
 // It waits at most --fs-timeout: a lease file on a file system that hangs
-// holds fileMu, and the way out must not wait for it.
+// holds fileMu, and the way out must not wait for it. After a loss it
+// does nothing: a loss needs a tenure, the file is the provider's `lost`,
+// and the exit is bounded by the loss's one deadline (awaitLossHandled).
 func (sess *session) stopWaiting() {
 	sess.setSpare(false)
+	if sess.fence.fenced.Load() {
+		return
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -81,6 +81,13 @@ func cmdRenew(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	select {
 	case err := <-sess.lost:
 		return sess.lossExit(err)
+	case <-p.Done():
+		// Ended without OnLost (yet): its lease-file write may hang. The
+		// deferred awaitLossHandled bounds the wait from the loss.
+		if lerr := sess.lossErr(); lerr != nil {
+			return sess.lossExit(lerr)
+		}
+		return p.Err()
 	case sig := <-sigs:
 		sess.log.Info("releasing on signal", "signal", sig.String())
 		cctx, cancel := sess.releaseContext()

@@ -41,6 +41,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if err := checkTempDir(); err != nil {
 			return err
 		}
+		if err := s.checkTempDirPlacement(); err != nil {
+			return err
+		}
 		leasePath = defaultLeasePath()
 	} else if err := checkWritableFile("lease file", s.leaseFile); err != nil {
 		return err
@@ -104,17 +107,21 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	sess.leaseOut, sess.peersOut = held[0], held[1]
+	sess.boundOutputs(held[1:]...)
 	defer sess.logw.Close(logFlushTimeout)
 	defer sess.awaitLossHandled() // on every path, before the log's last flush
 	defer sess.closeOutputs()
 	go sess.relaySignals(ctx, passed)
 	if defaultLease {
-		path, cleanup, err := claimDefaultLeaseFile(sess.log)
+		path, cleanup, err := claimDefaultLeaseFile(sess.log, s.dataRoot)
 		if err != nil {
 			return err
 		}
-		// After the provider's `lost` write, as closeOutputs.
-		defer func() { sess.awaitLossHandled(); cleanup() }()
+		// After the provider's `lost` write, as closeOutputs; bounded, as
+		// every file-system phase: on a hung $TMPDIR the close of lease.lock
+		// (a FUSE flush) or an unlink never returns. Abandoned, the process
+		// exits and the kernel closes the descriptor.
+		defer func() { sess.awaitLossHandled(); sess.boundedCleanup(cleanup) }()
 		s.leaseFile, leasePath = path, path
 		if defaultPeers {
 			s.peersFile = defaultPeersFile(path)
@@ -133,11 +140,13 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if sess.peersOut, err = openHeldFile("peers file", s.peersFile, s.dataRoot); err != nil {
 			return err
 		}
+		sess.boundOutputs(sess.peersOut)
 	}
 	defer sess.stopWaiting()
 	p := sess.provider
 
 	stopping := make(chan struct{})
+	sess.stopRequested = stopping
 	watcherDone := make(chan struct{})
 	go func() {
 		defer close(watcherDone)

@@ -43,6 +43,9 @@ type session struct {
 	// provider logged the loss and ran its restore (see awaitLossHandled).
 	lostHandled     chan struct{}
 	lostHandledOnce sync.Once
+	// lossAt is when the provider fenced the loss (Unix ns, 0 before):
+	// every wait for the loss to be handled shares one deadline from it.
+	lossAt atomic.Int64
 
 	// leaseFileErr is the error of the last lease-file write (nil after a
 	// success); leaseFileFails counts failed writes in a row. fenced is set
@@ -68,6 +71,10 @@ type session struct {
 	// the peers change (nil for other commands).
 	tmplData *templateData
 	tmplOut  [][]byte
+
+	// stopRequested is closed when a stop signal came before the command
+	// started (run), nil otherwise: it ends a hung output write early.
+	stopRequested chan struct{}
 
 	// spare is set while the task waits for a node ID (a hot spare), with
 	// or without a lease file: /healthz passes for it, as `health` does
@@ -144,7 +151,10 @@ func newSession(ctx context.Context, s *settings, stderr io.Writer) (_ *session,
 			cfg.Clock = c
 		}
 	}
-	cfg.OnFence = sess.fence.kill
+	cfg.OnFence = func(e *nodeid.LostError) {
+		sess.lossAt.CompareAndSwap(0, time.Now().UnixNano()) // the vDSO clock: no wait
+		sess.fence.kill(e)
+	}
 	cfg.OnLost = sess.handleLost
 	cfg.OnEvent = sess.handleEvent
 	p, err := nodeid.NewProvider(sess.repo, cfg)
@@ -203,14 +213,21 @@ func (sess *session) handleLost(err error) {
 // version. Every command that takes a lease defers it, so no exit path
 // (a loss before the command started, during the preparation, ...) skips
 // it. Bounded: the restore is bounded by the old deadline, at most L away.
+// Every call shares one deadline, L + 2 s after the loss was fenced, so the
+// calls on the way out (lost, closeOutputs, the deferred ones) add no wait
+// of their own when the loss is never handled (its lease-file write hung).
 func (sess *session) awaitLossHandled() {
 	p := sess.currentProvider()
 	if p == nil || !errors.Is(p.Err(), nodeid.ErrLeaseLost) {
 		return // no loss, or the lease file ended the tenure: nothing to wait for
 	}
+	sess.lossAt.CompareAndSwap(0, time.Now().UnixNano()) // a loss not fenced (none ran)
+	deadline := time.Unix(0, sess.lossAt.Load()).Add(p.Config().LeaseDuration + 2*time.Second)
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
 	select {
 	case <-sess.lostHandled:
-	case <-time.After(p.Config().LeaseDuration + 2*time.Second):
+	case <-timer.C:
 	}
 }
 
