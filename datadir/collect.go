@@ -117,6 +117,11 @@ func collect(ctx context.Context, node *os.File, nodePath string, current node.V
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("datadir: removing %s: %w", name, err))
+			if errors.Is(err, ErrSyncTimeout) {
+				// The hung flush holds the node directory's lock: the
+				// next rename there would wait on it, unbounded.
+				return removed, mounts, errors.Join(errs...)
+			}
 			continue
 		}
 		log.Info("removed old version", "dir", p, "was_valid", e.st == stateValid)

@@ -292,6 +292,9 @@ func (t *tree) openSubdir(parent *dirJob, name, rel string) (_ *dirJob, st unix.
 	if err := unix.Mkdirat(int(parent.dst.Fd()), name, 0o700); err != nil {
 		return nil, st, &os.PathError{Op: "mkdirat", Path: path.Join(t.dst, rel), Err: err}
 	}
+	if testHookAfterSubdirMkdir != nil {
+		testHookAfterSubdirMkdir(rel)
+	}
 	s, err := openDirAt(parent.src, name)
 	if err != nil {
 		return nil, st, err
@@ -313,6 +316,13 @@ func (t *tree) openSubdir(parent *dirJob, name, rel string) (_ *dirJob, st unix.
 		d.Close()
 		return nil, st, &os.PathError{Op: "fstat", Path: path.Join(t.dst, rel), Err: err}
 	}
+	// The open is by name, as in makeDir: a directory swapped in since
+	// mkdirat is neither written into nor recorded as made.
+	if err := t.checkFreshSubdir(d, &st, rel); err != nil {
+		s.Close()
+		d.Close()
+		return nil, st, err
+	}
 	t.record(rel, made{act: actDir, typ: unix.S_IFDIR, dev: st.Dev, ino: st.Ino})
 	j, err := subJob(parent, name, rel, s, d, 0, 0)
 	if err != nil {
@@ -322,6 +332,29 @@ func (t *tree) openSubdir(parent *dirJob, name, rel string) (_ *dirJob, st unix.
 	}
 	j.start()
 	return j, st, nil
+}
+
+// testHookAfterSubdirMkdir runs after openSubdir made a target directory,
+// before it opens it by name.
+var testHookAfterSubdirMkdir func(rel string)
+
+// checkFreshSubdir checks that the target directory d (st its fstat), just
+// made by mkdirat and opened by name, looks as made: empty, with the owner
+// of the target (which keeps the preparing owner until the walk is done)
+// and no mode bits beyond mkdirat's 0700 (and a setgid bit the parent may
+// pass on). Another directory swapped in is ErrValidation.
+func (t *tree) checkFreshSubdir(d *os.File, st *unix.Stat_t, rel string) error {
+	if st.Uid != t.dstStat.Uid || st.Mode&0o7777&^(0o700|unix.S_ISGID) != 0 {
+		return fmt.Errorf("%w: %s: replaced in the target right after it was made (owner %d, mode %#o)",
+			ErrValidation, rel, st.Uid, st.Mode&0o7777)
+	}
+	switch empty, err := isEmpty(d); {
+	case err != nil:
+		return err
+	case !empty:
+		return fmt.Errorf("%w: %s: replaced in the target right after it was made (%w)", ErrValidation, rel, errNotFresh)
+	}
+	return nil
 }
 
 // copySymlink recreates a symlink after checking that it stays inside, with

@@ -167,10 +167,10 @@ var keeperNames = []string{claimName, PreparingName, removingName}
 // Why no window remains: see docs/datadir.md, Garbage collection. A stale
 // preparer may still write into it through its descriptor meanwhile: it
 // is emptied again, at most three times, and what is left, still holding
-// a keeper, the next garbage collection removes. Should a late write land
-// between the keepers' unlink and the rmdir, the first keeper is written
-// back (the directory is ours: we renamed it out of the versions, or
-// judged it ours).
+// a keeper, the next garbage collection removes. Should the rmdir fail
+// (a late write between the keepers' unlink and it, or any other error),
+// the first keeper is written back (the directory is ours: we renamed it
+// out of the versions, or judged it ours).
 func removeGarbage(node *os.File, name string, d *os.File, steps *atomic.Int64) error {
 	if err := checkVersionNotMount(node, d); err != nil {
 		return err
@@ -222,11 +222,17 @@ func removeGarbage(node *os.File, name string, d *os.File, steps *atomic.Int64) 
 			continue
 		}
 		last = rmdirAt(node, name, d)
-		if last == nil || !errors.Is(last, unix.ENOTEMPTY) && !errors.Is(last, unix.EEXIST) {
-			return last
+		if last == nil {
+			return nil
 		}
+		// Whatever stopped the rmdir (late entries, or node-N made
+		// read-only: EACCES), the claim goes back, or no later garbage
+		// collection would judge the directory ours.
 		if err := restoreKeeper(d, k); err != nil {
-			return err
+			return errors.Join(last, err)
+		}
+		if !errors.Is(last, unix.ENOTEMPTY) && !errors.Is(last, unix.EEXIST) {
+			return last
 		}
 	}
 	return last

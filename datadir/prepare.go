@@ -366,7 +366,13 @@ func prepare(ctx context.Context, root string, inst node.Instance, opts Options,
 		slices.SortStableFunc(res.Removed, func(a, b string) int {
 			return cmp.Compare(removedVersion(b), removedVersion(a))
 		})
-		if err != nil {
+		switch {
+		case errors.Is(err, ErrSyncTimeout):
+			// vK is valid, but the file system stopped completing
+			// flushes: that is a hang to report (nodeid-init exits 7),
+			// not a GC failure to log and start the application on.
+			return "", Result{}, fmt.Errorf("datadir: garbage collection after preparing %s: %w", dir, err)
+		case err != nil:
 			log.Warn("garbage collection failed", "err", err)
 		}
 	}

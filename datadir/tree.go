@@ -41,6 +41,7 @@ type tree struct {
 	// The source and target as Prepare inspected and created them.
 	srcDir, dstDir *os.File
 	topStat        unix.Stat_t // srcDir's, for the target's owner and times
+	dstStat        unix.Stat_t // dstDir's as the walk starts: the owner of what it makes
 
 	srcRoot *os.Root // the source, to resolve symlink chains in checkSymlink
 	// The target, where validation resolves them: its links are the ones
@@ -259,6 +260,9 @@ func (t *tree) copyAndValidate(res *Result) (err error) {
 func (t *tree) copyTop() error {
 	if err := unix.Fstat(int(t.srcDir.Fd()), &t.topStat); err != nil {
 		return &os.PathError{Op: "fstat", Path: t.srcDir.Name(), Err: err}
+	}
+	if err := unix.Fstat(int(t.dstDir.Fd()), &t.dstStat); err != nil {
+		return &os.PathError{Op: "fstat", Path: t.dstDir.Name(), Err: err}
 	}
 	t.err = nil
 	t.pool = newPool()
