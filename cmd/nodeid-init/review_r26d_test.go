@@ -1,0 +1,60 @@
+package main_test
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nodeid/nodeid/internal/s3test"
+)
+
+// Review r26d (invariant 5): underDataRoot judges an output to lie under
+// the data root only when one of its directory's prefixes IS the data root
+// (its dev+ino). The operator's symlink to a directory INSIDE the data
+// root (/etc/broker -> R/conf, as common as one to R itself) has no such
+// prefix: the output is taken for an operator's path, its directory opened
+// at start following every symlink, the tenant's included, so a symlink
+// planted under the data root leads the write out of it.
+//
+// Schedule: data root R; a real directory R/conf; the operator's
+// /alias -> R/conf (outside R); another tenant plants R/conf/sub -> OUTSIDE;
+// run starts with --template src:/alias/sub/broker.properties and
+// --peers-file /alias/sub/peers.json. Wanted: exit 2 (as for
+// R/conf/sub/broker.properties), or nothing written outside R; got:
+// OUTSIDE written.
+func TestReviewR26dOutputThroughASymlinkToADirectoryInsideTheDataRootFollowsAPlantedSymlinkOut(t *testing.T) {
+	c := newCluster(t, s3test.NewFake(t), 1)
+	outside := t.TempDir()
+	conf := filepath.Join(c.root, "conf")
+	if err := os.Mkdir(conf, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(conf, "sub")); err != nil {
+		t.Fatal(err)
+	}
+	alias := filepath.Join(c.dir, "alias")
+	if err := os.Symlink(conf, alias); err != nil {
+		t.Fatal(err)
+	}
+	tmpl := filepath.Join(c.dir, "a.tmpl")
+	if err := os.WriteFile(tmpl, []byte("id={{.NodeID}}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tk := c.start("node-0", []string{"NODEID_TEMPLATE=" + tmpl + ":" + filepath.Join(alias, "sub", "broker.properties"),
+		"NODEID_PEERS_FILE=" + filepath.Join(alias, "sub", "peers.json")},
+		"run", "--", "sh", "-c", childScript)
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) && tk.running() {
+		if _, err := os.Stat(tk.report); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	entries, _ := os.ReadDir(outside)
+	for _, e := range entries {
+		t.Errorf("wrote %s, outside the data root %s, through %s (the operator's symlink to %s inside the data root) and the symlink %s planted under it",
+			filepath.Join(outside, e.Name()), c.root, alias, conf, filepath.Join(conf, "sub"))
+	}
+	t.Logf("node-0 running=%v exit=%d; output:\n%s", tk.running(), tk.code, tk.out.String())
+}
