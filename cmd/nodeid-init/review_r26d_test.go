@@ -58,3 +58,44 @@ func TestReviewR26dOutputThroughASymlinkToADirectoryInsideTheDataRootFollowsAPla
 	}
 	t.Logf("node-0 running=%v exit=%d; output:\n%s", tk.running(), tk.code, tk.out.String())
 }
+
+// Review r26d (invariant 5), the same gap for $TMPDIR (checkTempDirPlacement
+// and tempRoot use underDataRoot): TMPDIR=/alias/sub with the operator's
+// /alias -> R/conf and the tenant's R/conf/sub -> OUTSIDE. The default
+// lease file's directory nodeid-<uid>, lease.lock, the lease file and the
+// peers file are created in OUTSIDE.
+func TestReviewR26dTempDirThroughASymlinkToADirectoryInsideTheDataRootFollowsAPlantedSymlinkOut(t *testing.T) {
+	c := newCluster(t, s3test.NewFake(t), 1)
+	outside := t.TempDir()
+	conf := filepath.Join(c.root, "conf")
+	if err := os.Mkdir(conf, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(conf, "sub")); err != nil {
+		t.Fatal(err)
+	}
+	alias := filepath.Join(c.dir, "alias")
+	if err := os.Symlink(conf, alias); err != nil {
+		t.Fatal(err)
+	}
+	tk := c.start("node-0", []string{"TMPDIR=" + filepath.Join(alias, "sub")}, "run", "--", "sh", "-c", childScript)
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) && tk.running() {
+		if _, err := os.Stat(tk.report); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var written []string
+	_ = filepath.WalkDir(outside, func(p string, _ os.DirEntry, _ error) error {
+		if p != outside {
+			written = append(written, p)
+		}
+		return nil
+	})
+	if len(written) > 0 {
+		t.Errorf("created %v, outside the data root %s, through $TMPDIR %s (the operator's symlink to %s inside the data root) and the symlink planted there",
+			written, c.root, filepath.Join(alias, "sub"), conf)
+	}
+	t.Logf("node-0 running=%v exit=%d; output:\n%s", tk.running(), tk.code, tk.out.String())
+}
