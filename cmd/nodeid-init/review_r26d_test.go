@@ -99,3 +99,48 @@ func TestReviewR26dTempDirThroughASymlinkToADirectoryInsideTheDataRootFollowsAPl
 	}
 	t.Logf("node-0 running=%v exit=%d; output:\n%s", tk.running(), tk.code, tk.out.String())
 }
+
+// Review r26d (invariants 3/5): an output under the data root is resolved
+// inside the data root's os.Root at each write, so a symlink that stays
+// inside it is followed, into another node's live version directory too.
+// Node-0's template then replaces (rename) a file in node-1's data
+// directory while node-1's broker runs on it, and the next holder of
+// node 1 builds its directory from it.
+//
+// Schedule: cluster of 2; task B holds node X at version V and runs on
+// R/node-X/vV; another tenant plants R/conf -> node-X/vV; task A starts with
+// --template src:R/conf/meta.properties. Wanted: refused (exit 2), or
+// nothing written in node-X/vV; got: A's file there.
+func TestReviewR26dOutputUnderTheDataRootFollowsASymlinkIntoAnotherNodesLiveDataDirectory(t *testing.T) {
+	c := newCluster(t, s3test.NewFake(t), 2)
+	b := c.start("task-b", []string{"NODEID_LEASE_FILE=" + filepath.Join(c.dir, "b.json")}, "run", "--", "sh", "-c", childScript)
+	t.Cleanup(func() { _ = b.cmd.Process.Kill() })
+	id, v, _ := b.identity(t, 20*time.Second)
+	victim := filepath.Join(c.root, "node-"+itoa(id), "v"+itoa(v))
+	if _, err := os.Stat(filepath.Join(victim, "data.log")); err != nil {
+		t.Fatalf("task B's data directory: %v", err)
+	}
+	if err := os.Symlink(filepath.Join("node-"+itoa(id), "v"+itoa(v)), filepath.Join(c.root, "conf")); err != nil {
+		t.Fatal(err)
+	}
+	tmpl := filepath.Join(c.dir, "a.tmpl")
+	if err := os.WriteFile(tmpl, []byte("node.id={{.NodeID}}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a := c.start("task-a", []string{"NODEID_LEASE_FILE=" + filepath.Join(c.dir, "a.json"),
+		"NODEID_TEMPLATE=" + tmpl + ":" + filepath.Join(c.root, "conf", "meta.properties")},
+		"run", "--", "sh", "-c", childScript)
+	t.Cleanup(func() { _ = a.cmd.Process.Kill() })
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) && a.running() {
+		if _, err := os.Stat(a.report); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if body, err := os.ReadFile(filepath.Join(victim, "meta.properties")); err == nil {
+		t.Errorf("task A (another node) wrote %s into node %d's live data directory %s through the planted %s: %q",
+			"meta.properties", id, victim, filepath.Join(c.root, "conf"), body)
+	}
+	t.Logf("task-a running=%v exit=%d", a.running(), a.code)
+}
