@@ -9,8 +9,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
-	"syscall"
 	"time"
 
 	"github.com/nodeid/nodeid/leasefile"
@@ -77,57 +75,6 @@ func unwrapPath(err error) error {
 		return pe.Err
 	}
 	return err
-}
-
-// underDataRoot tells whether dir lies under the data root, by identity
-// rather than by the path's text: dir's directory prefixes are walked from
-// /, and the first that is the data root itself (same device and inode as
-// the data root opened now: through the operator's symlink to it or a bind
-// mount too) makes dir the rest of the path inside the data root. It
-// returns the data root, opened (the caller owns it), and dir relative to
-// it; nil when dir is not under it.
-func underDataRoot(dir, dataRoot string) (*os.Root, string, error) {
-	if dataRoot == "" {
-		return nil, "", nil
-	}
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		return nil, "", err
-	}
-	root, err := os.OpenRoot(dataRoot)
-	if err != nil {
-		return nil, "", err
-	}
-	fi, err := root.Stat(".")
-	if err != nil {
-		root.Close()
-		return nil, "", err
-	}
-	want, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok {
-		root.Close()
-		return nil, "", fmt.Errorf("data root %s: no device and inode", dataRoot)
-	}
-	parts := strings.Split(strings.TrimPrefix(abs, string(filepath.Separator)), string(filepath.Separator))
-	if abs == string(filepath.Separator) {
-		parts = nil
-	}
-	for i := 0; i <= len(parts); i++ {
-		prefix := string(filepath.Separator) + filepath.Join(parts[:i]...)
-		var st syscall.Stat_t
-		if syscall.Stat(prefix, &st) != nil {
-			break // the rest does not exist: not reached through the data root
-		}
-		if st.Dev == want.Dev && st.Ino == want.Ino {
-			rel := filepath.Join(parts[i:]...)
-			if rel == "" {
-				rel = "."
-			}
-			return root, rel, nil
-		}
-	}
-	root.Close()
-	return nil, "", nil
 }
 
 // close releases the directory; nil-safe. It does not wait for a write in
