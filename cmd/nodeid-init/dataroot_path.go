@@ -153,3 +153,71 @@ func nameIn(parent int, child *unix.Stat_t) (string, error) {
 	}
 	return "", errNameNotFound
 }
+
+// errSymlinkUnderDataRoot is a symlink on an output's path under the data
+// root: nothing there is the operator's, so none is followed.
+var errSymlinkUnderDataRoot = errors.New("is a symlink under the data root: not followed")
+
+// errNodeDirUnderDataRoot is an output path through a node-N directory:
+// those belong to datadir (the nodes' versioned data directories).
+var errNodeDirUnderDataRoot = errors.New("is a node's data directory (node-N): no output is written there")
+
+// openInside opens rel, a directory under the data root root, one
+// component at a time without following a symlink, and refuses a path
+// through a node-N directory. Each component is checked with Lstat, then
+// opened and compared with what Lstat saw: a symlink swapped in between is
+// refused too.
+func openInside(root *os.Root, rel string) (*os.Root, error) {
+	rel = filepath.Clean(rel)
+	var parts []string
+	if rel != "." {
+		parts = strings.Split(rel, string(filepath.Separator))
+	}
+	if len(parts) > 0 && isNodeDirName(parts[0]) {
+		return nil, fmt.Errorf("%s %w", parts[0], errNodeDirUnderDataRoot)
+	}
+	d, err := root.OpenRoot(".")
+	if err != nil {
+		return nil, err
+	}
+	for i, c := range parts {
+		if c == ".." {
+			d.Close()
+			return nil, fmt.Errorf("%s: .. under the data root: not followed", filepath.Join(parts[:i+1]...))
+		}
+		fi, err := d.Lstat(c)
+		if err != nil {
+			d.Close()
+			return nil, err
+		}
+		if fi.Mode()&os.ModeSymlink != 0 {
+			d.Close()
+			return nil, fmt.Errorf("%s %w", filepath.Join(parts[:i+1]...), errSymlinkUnderDataRoot)
+		}
+		next, err := d.OpenRoot(c)
+		d.Close()
+		if err != nil {
+			return nil, err
+		}
+		if nfi, err := next.Stat("."); err != nil || !os.SameFile(fi, nfi) {
+			next.Close()
+			return nil, fmt.Errorf("%s %w", filepath.Join(parts[:i+1]...), errSymlinkUnderDataRoot)
+		}
+		d = next
+	}
+	return d, nil
+}
+
+// isNodeDirName is datadir's name for a node's directory: node-<digits>.
+func isNodeDirName(name string) bool {
+	n, ok := strings.CutPrefix(name, "node-")
+	if !ok || n == "" {
+		return false
+	}
+	for _, r := range n {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
+}

@@ -54,11 +54,11 @@ func openHeldFile(what, path, dataRoot string) (*heldFile, error) {
 	if err == nil && root != nil {
 		h.root, h.rel = root, rel
 		var d *os.Root
-		if d, err = root.OpenRoot(rel); err == nil {
+		if d, err = openInside(root, rel); err == nil {
 			d.Close()
 		} else {
 			root.Close()
-			err = fmt.Errorf("%w (it lies under the data root %s, and a symlink or .. there may not lead out of it)", unwrapPath(err), dataRoot)
+			err = fmt.Errorf("%w (it lies under the data root %s, where no symlink is followed and no node-N directory written)", unwrapPath(err), dataRoot)
 		}
 	} else if err == nil {
 		h.dir, err = os.OpenRoot(dir)
@@ -96,7 +96,7 @@ func (h *heldFile) openDir() (*os.Root, func(), error) {
 	if h.dir != nil {
 		return h.dir, func() {}, nil
 	}
-	d, err := h.root.OpenRoot(h.rel)
+	d, err := openInside(h.root, h.rel)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: its directory under the data root: %w", h.path, err)
 	}
