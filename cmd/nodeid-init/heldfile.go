@@ -21,9 +21,10 @@ import (
 // and held open (os.Root): every replacement is made inside that directory,
 // never by walking the path again. Under the data root (judged by identity,
 // underDataRoot) what is there is not the operator's (another tenant, a
-// previous task's broker): each write resolves the directory again inside
-// the data root's own os.Root, so a symlink out of it is refused and a
-// directory renamed out of it is no longer reached.
+// previous task's broker): each write opens the directory again from the
+// data root, one component at a time, following no symlink and refusing a
+// node-N directory (openInside), so a directory renamed away is no longer
+// reached and a symlink swapped in is refused.
 type heldFile struct {
 	path string   // as configured: for logs and errors
 	dir  *os.Root // the held directory (outside the data root), else nil
@@ -44,9 +45,8 @@ var errNotRegularOutput = errors.New("is no longer a regular file: not replaced"
 
 // openHeldFile opens path's directory: held as configured (symlinks
 // included: that is the operator's), or, under the data root (dataRoot, ""
-// for none), checked to be reachable inside it at start: a symlink or `..`
-// on the way that leads out of the data root is refused, a configuration
-// error.
+// for none), checked to be reachable inside it at start: a symlink there
+// or a node-N directory on the way is refused, a configuration error.
 func openHeldFile(what, path, dataRoot string) (*heldFile, error) {
 	h := &heldFile{path: path, name: filepath.Base(path), tmp: "." + filepath.Base(path) + "."}
 	dir := filepath.Dir(path)

@@ -35,8 +35,8 @@ func checkTempDir() error {
 // checkTempDirPlacement applies the outputs' rule (openHeldFile) to the
 // default lease and peers files' directory before anything is created or
 // logged: a $TMPDIR under the data root (a read-only root file system
-// leaves only the data volume writable) must be reached inside it, not
-// through a symlink or `..` that leads out of it.
+// leaves only the data volume writable) must be reached inside it through
+// no symlink and no node-N directory (openInside).
 func (s *settings) checkTempDirPlacement() error {
 	if err := s.checkDataRoot(); err != nil {
 		return err
