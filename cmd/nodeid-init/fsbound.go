@@ -57,6 +57,16 @@ func (s *settings) fsBound() time.Duration {
 	return defaultFSTimeout(s.leaseDuration)
 }
 
+// awaitHangExit does not return once a hang was declared (fsHung is set
+// before abandonOnHang kills the tree): the command's exit of that kill,
+// a loss or a stop must then neither sync, nor release, nor exit with
+// another code than abandonOnHang's exitFSHung. It waits on nothing.
+func awaitHangExit() {
+	if fsHung.Load() {
+		select {} // abandonOnHang exits 7 within hangExitGrace
+	}
+}
+
 // errFSHung is the reason logged when a phase hung.
 var errFSHung = errors.New("the file system did not answer in time")
 

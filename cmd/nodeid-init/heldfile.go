@@ -9,8 +9,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
-	"syscall"
 	"time"
 
 	"github.com/nodeid/nodeid/leasefile"
@@ -23,9 +21,10 @@ import (
 // and held open (os.Root): every replacement is made inside that directory,
 // never by walking the path again. Under the data root (judged by identity,
 // underDataRoot) what is there is not the operator's (another tenant, a
-// previous task's broker): each write resolves the directory again inside
-// the data root's own os.Root, so a symlink out of it is refused and a
-// directory renamed out of it is no longer reached.
+// previous task's broker): each write opens the directory again from the
+// data root, one component at a time, following no symlink and refusing a
+// node-N directory (openInside), so a directory renamed away is no longer
+// reached and a symlink swapped in is refused.
 type heldFile struct {
 	path string   // as configured: for logs and errors
 	dir  *os.Root // the held directory (outside the data root), else nil
@@ -46,9 +45,8 @@ var errNotRegularOutput = errors.New("is no longer a regular file: not replaced"
 
 // openHeldFile opens path's directory: held as configured (symlinks
 // included: that is the operator's), or, under the data root (dataRoot, ""
-// for none), checked to be reachable inside it at start: a symlink or `..`
-// on the way that leads out of the data root is refused, a configuration
-// error.
+// for none), checked to be reachable inside it at start: a symlink there
+// or a node-N directory on the way is refused, a configuration error.
 func openHeldFile(what, path, dataRoot string) (*heldFile, error) {
 	h := &heldFile{path: path, name: filepath.Base(path), tmp: "." + filepath.Base(path) + "."}
 	dir := filepath.Dir(path)
@@ -56,11 +54,11 @@ func openHeldFile(what, path, dataRoot string) (*heldFile, error) {
 	if err == nil && root != nil {
 		h.root, h.rel = root, rel
 		var d *os.Root
-		if d, err = root.OpenRoot(rel); err == nil {
+		if d, err = openInside(root, rel); err == nil {
 			d.Close()
 		} else {
 			root.Close()
-			err = fmt.Errorf("%w (it lies under the data root %s, and a symlink or .. there may not lead out of it)", unwrapPath(err), dataRoot)
+			err = fmt.Errorf("%w (it lies under the data root %s, where no symlink is followed and no node-N directory written)", unwrapPath(err), dataRoot)
 		}
 	} else if err == nil {
 		h.dir, err = os.OpenRoot(dir)
@@ -77,57 +75,6 @@ func unwrapPath(err error) error {
 		return pe.Err
 	}
 	return err
-}
-
-// underDataRoot tells whether dir lies under the data root, by identity
-// rather than by the path's text: dir's directory prefixes are walked from
-// /, and the first that is the data root itself (same device and inode as
-// the data root opened now: through the operator's symlink to it or a bind
-// mount too) makes dir the rest of the path inside the data root. It
-// returns the data root, opened (the caller owns it), and dir relative to
-// it; nil when dir is not under it.
-func underDataRoot(dir, dataRoot string) (*os.Root, string, error) {
-	if dataRoot == "" {
-		return nil, "", nil
-	}
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		return nil, "", err
-	}
-	root, err := os.OpenRoot(dataRoot)
-	if err != nil {
-		return nil, "", err
-	}
-	fi, err := root.Stat(".")
-	if err != nil {
-		root.Close()
-		return nil, "", err
-	}
-	want, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok {
-		root.Close()
-		return nil, "", fmt.Errorf("data root %s: no device and inode", dataRoot)
-	}
-	parts := strings.Split(strings.TrimPrefix(abs, string(filepath.Separator)), string(filepath.Separator))
-	if abs == string(filepath.Separator) {
-		parts = nil
-	}
-	for i := 0; i <= len(parts); i++ {
-		prefix := string(filepath.Separator) + filepath.Join(parts[:i]...)
-		var st syscall.Stat_t
-		if syscall.Stat(prefix, &st) != nil {
-			break // the rest does not exist: not reached through the data root
-		}
-		if st.Dev == want.Dev && st.Ino == want.Ino {
-			rel := filepath.Join(parts[i:]...)
-			if rel == "" {
-				rel = "."
-			}
-			return root, rel, nil
-		}
-	}
-	root.Close()
-	return nil, "", nil
 }
 
 // close releases the directory; nil-safe. It does not wait for a write in
@@ -149,7 +96,7 @@ func (h *heldFile) openDir() (*os.Root, func(), error) {
 	if h.dir != nil {
 		return h.dir, func() {}, nil
 	}
-	d, err := h.root.OpenRoot(h.rel)
+	d, err := openInside(h.root, h.rel)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: its directory under the data root: %w", h.path, err)
 	}

@@ -35,8 +35,8 @@ func checkTempDir() error {
 // checkTempDirPlacement applies the outputs' rule (openHeldFile) to the
 // default lease and peers files' directory before anything is created or
 // logged: a $TMPDIR under the data root (a read-only root file system
-// leaves only the data volume writable) must be reached inside it, not
-// through a symlink or `..` that leads out of it.
+// leaves only the data volume writable) must be reached inside it through
+// no symlink and no node-N directory (openInside).
 func (s *settings) checkTempDirPlacement() error {
 	if err := s.checkDataRoot(); err != nil {
 		return err
@@ -47,9 +47,9 @@ func (s *settings) checkTempDirPlacement() error {
 		return nil // not under it; a failure to tell shows again when the outputs are opened
 	}
 	defer root.Close()
-	d, err := root.OpenRoot(rel)
+	d, err := openInside(root, rel)
 	if err != nil {
-		return usagef("lease file: $TMPDIR %s lies under the data root %s but leads out of it (%v): set --lease-file or NODEID_LEASE_FILE, or TMPDIR", dir, s.dataRoot, unwrapPath(err))
+		return usagef("lease file: $TMPDIR %s lies under the data root %s, where no symlink is followed and no node-N directory written (%v): set --lease-file or NODEID_LEASE_FILE, or TMPDIR", dir, s.dataRoot, unwrapPath(err))
 	}
 	d.Close()
 	return nil
@@ -159,7 +159,7 @@ func tempRoot(dataRoot string) (*os.Root, error) {
 		return os.OpenRoot(dir)
 	}
 	defer root.Close()
-	return root.OpenRoot(rel)
+	return openInside(root, rel)
 }
 
 // boundedCleanup runs cleanup (the default lease file's: claimDefaultLeaseFile)

@@ -80,7 +80,9 @@ func main() {
 	// error line comes after every command's own signal handling ended.
 	// Notified, not ignored: an ignored disposition would pass to CMD.
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
-	os.Exit(realMain(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+	code := realMain(context.Background(), os.Args[1:], os.Stdout, os.Stderr)
+	awaitHangExit() // a hang's exit code is 7, whatever returned first
+	os.Exit(code)
 }
 
 // invocation is what realMain learns from the command as it parses its

@@ -102,10 +102,14 @@ func TestAnOutputUnderTheDataRootThroughASymlinkOutOfItIsRefusedAtStart(t *testi
 	}
 }
 
-// A symlink under the data root that stays inside it is followed: only a
-// way out of the data root is refused.
-func TestAnOutputUnderTheDataRootThroughASymlinkInsideItIsWritten(t *testing.T) {
-	c := newCluster(t, s3test.NewFake(t), 1)
+// Under the data root no symlink is followed, not even one that stays
+// inside it (it may lead into another node's live data directory), and no
+// output is written into a node-N directory (datadir's). This replaces the
+// earlier rule that followed a symlink staying inside the data root: at
+// start it is a configuration error (exit 2, one line); planted later, the
+// write is refused and logged, as for a final name that became a symlink.
+func TestAnOutputUnderTheDataRootThroughASymlinkInsideItIsRefused(t *testing.T) {
+	c := newCluster(t, s3test.NewFake(t), 2)
 	real := filepath.Join(c.root, "conf-v2")
 	if err := os.Mkdir(real, 0o755); err != nil {
 		t.Fatal(err)
@@ -113,17 +117,58 @@ func TestAnOutputUnderTheDataRootThroughASymlinkInsideItIsWritten(t *testing.T) 
 	if err := os.Symlink("conf-v2", filepath.Join(c.root, "conf")); err != nil {
 		t.Fatal(err)
 	}
-	tmpl := filepath.Join(c.dir, "a.tmpl")
-	if err := os.WriteFile(tmpl, []byte("id={{.NodeID}}\n"), 0o644); err != nil {
+	if err := os.MkdirAll(filepath.Join(c.root, "node-7"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	tk := c.runTask("node-0", "NODEID_TEMPLATE="+tmpl+":"+filepath.Join(c.root, "conf", "broker.properties"),
-		"NODEID_PEERS_FILE="+filepath.Join(c.root, "conf", "peers.json"))
-	tk.identity(t, 20*time.Second)
-	if b, err := os.ReadFile(filepath.Join(real, "broker.properties")); err != nil || string(b) != "id=0\n" {
-		t.Errorf("template through a symlink inside the data root: %q %v", b, err)
+	src := filepath.Join(c.dir, "peers.tmpl")
+	if err := os.WriteFile(src, []byte("{{range .Peers}}{{.ID}}={{.Address}}\n{{end}}"), 0o644); err != nil {
+		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(real, "peers.json")); err != nil {
-		t.Errorf("peers file through a symlink inside the data root: %v", err)
+	for _, dst := range []string{filepath.Join(c.root, "conf", "broker.properties"), filepath.Join(c.root, "node-7", "broker.properties")} {
+		cmd := exec.Command(binary, "run", "--template", src+":"+dst, "--", "true")
+		cmd.Env = append(append([]string{}, c.env...), "NODEID_TASK_ID=refused")
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 2 {
+			t.Errorf("%s: %v, want exit 2:\n%s", dst, err, out)
+		}
+		if lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n"); len(lines) != 1 || !strings.Contains(string(out), "data root") {
+			t.Errorf("%s: stderr is not one line naming the data root:\n%s", dst, out)
+		}
+	}
+	if l, err := c.repo().List(context.Background()); err != nil || len(l.Slots) != 0 {
+		t.Errorf("a refused start wrote lease objects: %+v %v", l.Slots, err)
+	}
+
+	// Planted while the command runs: a real directory at start, swapped
+	// for a symlink that stays inside the data root.
+	conf := filepath.Join(c.root, "conf2")
+	if err := os.Mkdir(conf, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(conf, "broker.properties")
+	one := c.runTask("node-1", "NODEID_TEMPLATE="+src+":"+dst, "NODEID_PEERS_FILE=",
+		"NODEID_ALLOWED_IDS=1", "NODEID_ADVERTISE_ADDRESS=10.0.0.1:9092")
+	one.identity(t, 20*time.Second)
+	if err := os.Rename(conf, conf+".orig"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("conf-v2", conf); err != nil {
+		t.Fatal(err)
+	}
+	zero := c.runTask("node-0", "NODEID_ALLOWED_IDS=0", "NODEID_ADVERTISE_ADDRESS=10.0.0.2:9092")
+	zero.identity(t, 20*time.Second)
+	deadline := time.Now().Add(3 * peersBound)
+	for time.Now().Before(deadline) && !strings.Contains(one.out.String(), "cannot render the templates again") {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !strings.Contains(one.out.String(), "symlink under the data root") {
+		t.Errorf("the re-rendering through a symlink planted inside the data root was not refused and logged:\n%s", one.out.String())
+	}
+	if entries, _ := os.ReadDir(real); len(entries) != 0 {
+		t.Errorf("wrote %v through a symlink under the data root", entries)
+	}
+	if !one.running() {
+		t.Fatalf("node-1 exited (%d)", one.code)
 	}
 }

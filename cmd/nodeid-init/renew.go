@@ -90,6 +90,7 @@ func cmdRenew(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return p.Err()
 	case sig := <-sigs:
 		sess.log.Info("releasing on signal", "signal", sig.String())
+		awaitHangExit() // never a release after a hang
 		cctx, cancel := sess.releaseContext()
 		defer cancel()
 		if err := p.Close(cctx); err != nil {

@@ -320,6 +320,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	})
 	lost := func(lerr error) error {
+		awaitHangExit()
 		if err := stopRest(); err != nil {
 			tlog.Error("exiting although processes of the command may still run", "err", err)
 		}
@@ -348,6 +349,8 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			killTree(pid)
 			killTimer = nil
 		case <-exited:
+			// A hang kills the tree before this runs: its exit is abandonOnHang's.
+			awaitHangExit()
 			code := childExitCode(werr)
 			if forwarded != 0 && code == 128+int(forwarded) {
 				code = 0 // it died of the signal we forwarded: a clean stop
@@ -366,9 +369,11 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			// A release lets the successor hard-link our files: first make
 			// sure nothing of ours writes them any more and they are durable.
 			err := stopRest()
+			awaitHangExit() // a hung output write declared during stopRest
 			if err == nil {
 				err = sess.syncDataBounded(dataFile, dataDir)
 			}
+			awaitHangExit()
 			if lerr := sess.lossErr(); lerr != nil {
 				return lost(lerr)
 			}

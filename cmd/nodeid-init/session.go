@@ -362,6 +362,7 @@ func (sess *session) lossExit(lerr error) error {
 // provider ("release failed; the lease will expire"); only a release that
 // did not finish in time is logged here, so no failure is logged twice.
 func (sess *session) closeProvider(ctx context.Context) {
+	awaitHangExit() // never a release after a hang
 	if err := sess.provider.Close(ctx); err != nil && ctx.Err() != nil {
 		sess.log.Warn("release did not finish in time; the lease will expire", "err", err)
 	}

@@ -1,0 +1,223 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// maxPathDepth bounds the walk up from a directory to / (underDataRoot).
+const maxPathDepth = 256
+
+// underDataRoot tells whether dir lies under the data root, by identity
+// rather than by the path's text: dir's directory prefixes are opened from
+// / (following the operator's symlinks), and the first whose directory
+// lies inside the data root (walking up with `..` from it reaches a
+// directory with the data root's device and inode: through the operator's
+// symlink to the data root or to a directory inside it, or a bind mount of
+// the data root) makes dir that directory's place inside the data root
+// followed by the rest of the path. It returns the data root, opened (the
+// caller owns it), and dir relative to it; nil when dir is not under it.
+func underDataRoot(dir, dataRoot string) (*os.Root, string, error) {
+	if dataRoot == "" {
+		return nil, "", nil
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, "", err
+	}
+	root, err := os.OpenRoot(dataRoot)
+	if err != nil {
+		return nil, "", err
+	}
+	var want unix.Stat_t
+	if err := unix.Stat(dataRoot, &want); err != nil {
+		root.Close()
+		return nil, "", fmt.Errorf("data root %s: %w", dataRoot, err)
+	}
+	if fi, err := root.Stat("."); err != nil || !sameStat(fi, &want) {
+		root.Close()
+		return nil, "", fmt.Errorf("data root %s changed while it was opened", dataRoot)
+	}
+	parts := strings.Split(strings.TrimPrefix(abs, string(filepath.Separator)), string(filepath.Separator))
+	if abs == string(filepath.Separator) {
+		parts = nil
+	}
+	for i := 0; i <= len(parts); i++ {
+		prefix := string(filepath.Separator) + filepath.Join(parts[:i]...)
+		fd, err := unix.Open(prefix, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			break // the rest does not exist: not reached through the data root
+		}
+		inside, ok, err := placeInside(fd, &want)
+		if err != nil {
+			root.Close()
+			return nil, "", fmt.Errorf("%s: %w", prefix, err)
+		}
+		if ok {
+			return root, filepath.Join(append([]string{inside}, parts[i:]...)...), nil
+		}
+	}
+	root.Close()
+	return nil, "", nil
+}
+
+func sameStat(fi os.FileInfo, st *unix.Stat_t) bool {
+	ss, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && uint64(ss.Dev) == uint64(st.Dev) && ss.Ino == st.Ino
+}
+
+// placeInside walks up from the directory fd (closed on return) with `..`
+// until it reaches the directory want or /, and returns the path from
+// want down to fd's directory ("." for want itself), found by name in each
+// parent; ok is false when want is not an ancestor.
+func placeInside(fd int, want *unix.Stat_t) (string, bool, error) {
+	fds := []int{fd}
+	defer func() {
+		for _, f := range fds {
+			unix.Close(f)
+		}
+	}()
+	var stats []unix.Stat_t
+	for {
+		cur := fds[len(fds)-1]
+		var st unix.Stat_t
+		if err := unix.Fstat(cur, &st); err != nil {
+			return "", false, err
+		}
+		stats = append(stats, st)
+		if st.Dev == want.Dev && st.Ino == want.Ino {
+			break
+		}
+		if len(fds) >= maxPathDepth {
+			return "", false, fmt.Errorf("more than %d directories deep: cannot tell whether it lies under the data root", maxPathDepth)
+		}
+		parent, err := unix.Openat(cur, "..", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return "", false, err
+		}
+		var pst unix.Stat_t
+		if err := unix.Fstat(parent, &pst); err != nil {
+			unix.Close(parent)
+			return "", false, err
+		}
+		if pst.Dev == st.Dev && pst.Ino == st.Ino {
+			unix.Close(parent)
+			return "", false, nil // reached /
+		}
+		fds = append(fds, parent)
+	}
+	names := make([]string, 0, len(fds))
+	for j := len(fds) - 2; j >= 0; j-- {
+		name, err := nameIn(fds[j+1], &stats[j])
+		if err != nil {
+			return "", false, err
+		}
+		names = append(names, name)
+	}
+	if len(names) == 0 {
+		return ".", true, nil
+	}
+	return filepath.Join(names...), true, nil
+}
+
+// errNameNotFound is a directory its parent no longer lists (renamed or
+// removed while it was looked up).
+var errNameNotFound = errors.New("directory not found in its parent")
+
+// nameIn is the name under which the directory parent lists child.
+func nameIn(parent int, child *unix.Stat_t) (string, error) {
+	dfd, err := unix.Dup(parent)
+	if err != nil {
+		return "", err
+	}
+	f := os.NewFile(uintptr(dfd), "..")
+	defer f.Close()
+	entries, err := f.ReadDir(-1)
+	if err != nil {
+		return "", err
+	}
+	for _, e := range entries {
+		if t := e.Type(); t&os.ModeSymlink != 0 || (t != 0 && !t.IsDir()) {
+			continue
+		}
+		var st unix.Stat_t
+		if unix.Fstatat(parent, e.Name(), &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Dev == child.Dev && st.Ino == child.Ino {
+			return e.Name(), nil
+		}
+	}
+	return "", errNameNotFound
+}
+
+// errSymlinkUnderDataRoot is a symlink on an output's path under the data
+// root: nothing there is the operator's, so none is followed.
+var errSymlinkUnderDataRoot = errors.New("is a symlink under the data root: not followed")
+
+// errNodeDirUnderDataRoot is an output path through a node-N directory:
+// those belong to datadir (the nodes' versioned data directories).
+var errNodeDirUnderDataRoot = errors.New("is a node's data directory (node-N): no output is written there")
+
+// openInside opens rel, a directory under the data root root, one
+// component at a time without following a symlink, and refuses a path
+// through a node-N directory. Each component is checked with Lstat, then
+// opened and compared with what Lstat saw: a symlink swapped in between is
+// refused too.
+func openInside(root *os.Root, rel string) (*os.Root, error) {
+	rel = filepath.Clean(rel)
+	var parts []string
+	if rel != "." {
+		parts = strings.Split(rel, string(filepath.Separator))
+	}
+	if len(parts) > 0 && isNodeDirName(parts[0]) {
+		return nil, fmt.Errorf("%s %w", parts[0], errNodeDirUnderDataRoot)
+	}
+	d, err := root.OpenRoot(".")
+	if err != nil {
+		return nil, err
+	}
+	for i, c := range parts {
+		if c == ".." {
+			d.Close()
+			return nil, fmt.Errorf("%s: .. under the data root: not followed", filepath.Join(parts[:i+1]...))
+		}
+		fi, err := d.Lstat(c)
+		if err != nil {
+			d.Close()
+			return nil, err
+		}
+		if fi.Mode()&os.ModeSymlink != 0 {
+			d.Close()
+			return nil, fmt.Errorf("%s %w", filepath.Join(parts[:i+1]...), errSymlinkUnderDataRoot)
+		}
+		next, err := d.OpenRoot(c)
+		d.Close()
+		if err != nil {
+			return nil, err
+		}
+		if nfi, err := next.Stat("."); err != nil || !os.SameFile(fi, nfi) {
+			next.Close()
+			return nil, fmt.Errorf("%s %w", filepath.Join(parts[:i+1]...), errSymlinkUnderDataRoot)
+		}
+		d = next
+	}
+	return d, nil
+}
+
+// isNodeDirName is datadir's name for a node's directory: node-<digits>.
+func isNodeDirName(name string) bool {
+	n, ok := strings.CutPrefix(name, "node-")
+	if !ok || n == "" {
+		return false
+	}
+	for _, r := range n {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
+}
