@@ -1,0 +1,78 @@
+package main_test
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nodeid/nodeid/internal/efsfs"
+	"github.com/nodeid/nodeid/internal/s3test"
+)
+
+// Review r26e (docs/cli.md "A hung data root", exit 7; invariant 4's stop
+// sequence): awaitHangExit only helps once fsHung is set, i.e. once the
+// --fs-timeout bound of the hung output write has passed. When CMD exits
+// while a peers-file rewrite is already hung but its bound has not passed
+// yet, run's stop sequence neither waits for nor bounds that write: stopRest
+// (kills the tree only), syncfs, release, exit with CMD's code. The lease is
+// released gracefully with our write still in flight on a hung file system
+// (it may land after the successor started), and the exit is not 7.
+//
+// Schedule: cluster of 2, holder with --peers-file on a FUSE mount,
+// --fs-timeout 20 s; once CMD runs the mount's fsync hangs; a second task
+// joins, followPeers rewrites the peers file and its fsync hangs; 1 s later
+// CMD's leader dies (SIGTERM from outside, exit 143), well inside the bound.
+func TestReviewR26eCMDExitWhileAPeersRewriteHangsReleasesTheLeaseWithTheWriteInFlight(t *testing.T) {
+	f := efsfs.MountT(t, efsfs.Profile{})
+	t.Cleanup(f.Release)
+	c := newCluster(t, s3test.NewFake(t), 2)
+	tk := c.start("holder", []string{"NODEID_PEERS_FILE=" + filepath.Join(f.Dir, "peers.json"), "NODEID_FS_TIMEOUT=20s", "NODEID_DATA_ROOT=",
+		"NODEID_LEASE_FILE=" + filepath.Join(c.dir, "lease.json")},
+		"run", "--", "sh", "-c", childScript)
+	tk.identity(t, 20*time.Second)
+	before := f.Count(efsfs.OpFsync)
+	f.HangFsync()
+	other := c.start("other", []string{"NODEID_LEASE_FILE=" + filepath.Join(c.dir, "other.json")}, "run", "--", "sh", "-c", childScript)
+	t.Cleanup(func() { _ = other.cmd.Process.Kill() })
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) && f.Count(efsfs.OpFsync) == before {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if f.Count(efsfs.OpFsync) == before {
+		t.Fatalf("the peers rewrite never reached fsync:\n%s", tk.out.String())
+	}
+	time.Sleep(time.Second)
+	killLeader(t, tk.cmd.Process.Pid)
+	code := tk.wait(t, 40*time.Second)
+	out := tk.out.String()
+	succ := c.start("succ", []string{"NODEID_LEASE_FILE=" + filepath.Join(c.dir, "succ.json")}, "run", "--", "sh", "-c", childScript)
+	t.Cleanup(func() { _ = succ.cmd.Process.Kill() })
+	id, _, graceful := succ.identity(t, 30*time.Second)
+	t.Logf("holder exit %d; successor took %d, previous_graceful=%v", code, id, graceful)
+	if code != 7 || graceful || strings.Contains(out, "released node id") {
+		t.Errorf("holder exit %d (want 7), successor previous_graceful=%v (want false): the lease was released while the peers-file write hung on the file system:\n%s", code, graceful, out)
+	}
+}
+
+// killLeader sends SIGTERM to CMD's leader (`sleep`, exec'd by sh), the
+// child of nodeid-init (pid), from outside: CMD exits 143 on its own.
+func killLeader(t *testing.T, pid int) {
+	t.Helper()
+	tasks, _ := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*/children")
+	n := 0
+	for _, p := range tasks {
+		b, _ := os.ReadFile(p)
+		for _, f := range strings.Fields(string(b)) {
+			if c, err := strconv.Atoi(f); err == nil && syscall.Kill(c, syscall.SIGTERM) == nil {
+				n++
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatalf("no child of nodeid-init (pid %d) to kill", pid)
+	}
+}
