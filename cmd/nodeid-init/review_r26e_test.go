@@ -56,3 +56,41 @@ func TestReviewR26eOutputThroughTheOperatorsSymlinkWhoseTargetInsideTheDataRootI
 	}
 	t.Logf("node-0 running=%v exit=%d; output:\n%s", tk.running(), tk.code, tk.out.String())
 }
+
+// Review r26e (invariant 5), the same gap for $TMPDIR (checkTempDirPlacement
+// and tempRoot use underDataRoot): TMPDIR=/alias with the operator's
+// /alias -> R/tmp and the tenant's R/tmp replaced by a symlink to OUTSIDE.
+// The default lease file's directory, lock, lease and peers files are
+// created in OUTSIDE.
+func TestReviewR26eTempDirThroughTheOperatorsSymlinkWhoseTargetInsideTheDataRootIsSwappedForASymlinkOutIsWrittenOutside(t *testing.T) {
+	c := newCluster(t, s3test.NewFake(t), 1)
+	outside := t.TempDir()
+	tmp := filepath.Join(c.root, "tmp")
+	if err := os.Symlink(outside, tmp); err != nil {
+		t.Fatal(err)
+	}
+	alias := filepath.Join(c.dir, "alias")
+	if err := os.Symlink(tmp, alias); err != nil {
+		t.Fatal(err)
+	}
+	tk := c.start("node-0", []string{"TMPDIR=" + alias}, "run", "--", "sh", "-c", childScript)
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) && tk.running() {
+		if _, err := os.Stat(tk.report); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var written []string
+	_ = filepath.WalkDir(outside, func(p string, _ os.DirEntry, _ error) error {
+		if p != outside {
+			written = append(written, p)
+		}
+		return nil
+	})
+	if len(written) > 0 {
+		t.Errorf("created %v, outside the data root %s, through $TMPDIR %s (the operator's symlink to %s inside the data root, which the tenant replaced by a symlink out of it)",
+			written, c.root, alias, tmp)
+	}
+	t.Logf("node-0 running=%v exit=%d", tk.running(), tk.code)
+}
