@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -75,4 +76,59 @@ func killLeader(t *testing.T, pid int) {
 	if n == 0 {
 		t.Fatalf("no child of nodeid-init (pid %d) to kill", pid)
 	}
+}
+
+// Review r26e (invariant 5): underDataRoot finds a directory's place in the
+// data root by walking up with `..`, but `..` of a mount's root leads to
+// the mount point's parent: the operator's bind mount of a directory inside
+// the data root (a second volume mount of the same EFS at a subdirectory,
+// /etc/broker <- R/conf) is never placed inside the data root. The output
+// is taken for an operator's path, opened following every symlink, and a
+// symlink the tenant planted in R/conf leads the write out of the data root.
+//
+// Schedule: data root R; R/conf a real directory; the tenant plants
+// R/conf/sub -> OUTSIDE; nodeid-init runs in a mount namespace where
+// M (outside R) is a bind mount of R/conf, with --template
+// src:M/sub/broker.properties. Wanted: exit 2 or nothing written outside R;
+// got: OUTSIDE/broker.properties.
+func TestReviewR26eOutputThroughABindMountOfADirectoryInsideTheDataRootFollowsAPlantedSymlinkOut(t *testing.T) {
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Fatal(err)
+	}
+	c := newCluster(t, s3test.NewFake(t), 1)
+	outside := t.TempDir()
+	conf := filepath.Join(c.root, "conf")
+	if err := os.Mkdir(conf, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(conf, "sub")); err != nil {
+		t.Fatal(err)
+	}
+	mnt := filepath.Join(c.dir, "mnt")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tmpl := filepath.Join(c.dir, "a.tmpl")
+	if err := os.WriteFile(tmpl, []byte("id={{.NodeID}}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	script := `mount --bind "$1" "$2" && shift 2 && exec "$@"`
+	tk := c.startProgram("node-0", []string{"NODEID_TEMPLATE=" + tmpl + ":" + filepath.Join(mnt, "sub", "broker.properties")},
+		"unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", conf, mnt, binary, "run", "--", "sh", "-c", childScript)
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) && tk.running() {
+		if _, err := os.Stat(tk.report); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := os.Stat(tk.report); err != nil {
+		t.Fatalf("node-0 did not start its command (exit %d):\n%s", tk.code, tk.out.String())
+	}
+	entries, _ := os.ReadDir(outside)
+	for _, e := range entries {
+		t.Errorf("wrote %s, outside the data root %s, through the bind mount %s of %s and the symlink %s planted there",
+			filepath.Join(outside, e.Name()), c.root, mnt, conf, filepath.Join(conf, "sub"))
+	}
+	t.Logf("node-0 running=%v exit=%d", tk.running(), tk.code)
 }
