@@ -27,6 +27,17 @@ import (
 // 503 from then on.
 var fsHung atomic.Bool
 
+// fsEnd is how the tenure ends on the file system's side, decided once:
+// a hang (abandonOnHang, exit 7, no release) or a release (beginRelease).
+// Whichever takes it first wins, so a hang declared while the release is
+// decided can neither be missed nor follow a release.
+var fsEnd atomic.Int32
+
+const (
+	fsEndHang    = 1
+	fsEndRelease = 2
+)
+
 // hangExitGrace bounds what happens between a hang and the exit (stopping
 // the renewals, one log line): none of it may keep the process alive. Only
 // a loss the provider is still finishing may (exitHung).
@@ -74,9 +85,10 @@ var errFSHung = errors.New("the file system did not answer in time")
 // not return. It stops renewing without a release, marks health unhealthy
 // and exits exitFSHung; the hung goroutine is left behind.
 func (sess *session) abandonOnHang(phase string, cause error) {
-	if !fsHung.CompareAndSwap(false, true) {
-		select {} // another phase is already exiting
+	if !fsEnd.CompareAndSwap(0, fsEndHang) {
+		select {} // another phase is already exiting, or the lease is being released
 	}
+	fsHung.Store(true)
 	// Nothing below may delay the exit: not a renewal in flight, not a
 	// log writer that blocks.
 	time.AfterFunc(hangExitGrace, sess.exitHung)

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/nodeid/nodeid/leasefile"
@@ -177,8 +178,16 @@ func (h *heldFile) writeFile(data []byte, mode os.FileMode) error {
 // up to --fs-timeout.
 func (sess *session) boundedOutput(what string, fn func() error) error {
 	bound := sess.s.fsBound()
+	w, err := sess.writes.begin(what, bound)
+	if err != nil {
+		return err
+	}
 	done := make(chan error, 1)
-	go func() { done <- fn() }()
+	go func() {
+		err := fn()
+		sess.writes.end(w)
+		done <- err
+	}()
 	timer := time.NewTimer(bound)
 	defer timer.Stop()
 	cause := fmt.Errorf("%w: %s did not return within %v", errFSHung, what, bound)
@@ -304,5 +313,80 @@ func (sess *session) closeOutputs() {
 	sess.peersOut.close()
 	for _, t := range sess.s.templates {
 		t.out.close()
+	}
+}
+
+// outputWrites are the output writes in flight (boundedOutput), each with
+// the deadline of its --fs-timeout bound. beginRelease closes the set: a
+// write that has not begun by then is refused, as the lease is being given
+// back.
+type outputWrites struct {
+	mu       sync.Mutex
+	closed   bool
+	inflight map[*outputWrite]struct{}
+}
+
+type outputWrite struct {
+	what     string
+	deadline time.Time
+	done     chan struct{}
+}
+
+// errReleasing refuses an output write that would begin after the
+// release was decided.
+var errReleasing = errors.New("the lease is being released: no more output writes")
+
+func (ws *outputWrites) begin(what string, bound time.Duration) (*outputWrite, error) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if ws.closed {
+		return nil, errReleasing
+	}
+	if ws.inflight == nil {
+		ws.inflight = make(map[*outputWrite]struct{})
+	}
+	w := &outputWrite{what: what, deadline: time.Now().Add(bound), done: make(chan struct{})}
+	ws.inflight[w] = struct{}{}
+	return w, nil
+}
+
+func (ws *outputWrites) end(w *outputWrite) {
+	ws.mu.Lock()
+	delete(ws.inflight, w)
+	ws.mu.Unlock()
+	close(w.done)
+}
+
+// close refuses later writes and returns those in flight.
+func (ws *outputWrites) close() []*outputWrite {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	ws.closed = true
+	out := make([]*outputWrite, 0, len(ws.inflight))
+	for w := range ws.inflight {
+		out = append(out, w)
+	}
+	return out
+}
+
+// beginRelease decides that the lease is released, and does not return
+// when it is not to be: after a hang (awaitHangExit), or when an output
+// write in flight does not finish within what is left of its --fs-timeout
+// bound (a hang: abandonOnHang, exit 7). A write landing after the release
+// could overwrite what the successor wrote. The decision and a hang's
+// exclude each other (fsEnd).
+func (sess *session) beginRelease() {
+	awaitHangExit()
+	for _, w := range sess.writes.close() {
+		t := time.NewTimer(time.Until(w.deadline))
+		select {
+		case <-w.done:
+			t.Stop()
+		case <-t.C:
+			sess.abandonOnHang("output", fmt.Errorf("%w: %s had not returned when the lease was to be released", errFSHung, w.what))
+		}
+	}
+	if !fsEnd.CompareAndSwap(0, fsEndRelease) && fsEnd.Load() != fsEndRelease {
+		select {} // a hang was declared: abandonOnHang exits 7
 	}
 }

@@ -90,7 +90,7 @@ func cmdRenew(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return p.Err()
 	case sig := <-sigs:
 		sess.log.Info("releasing on signal", "signal", sig.String())
-		awaitHangExit() // never a release after a hang
+		sess.beginRelease() // never a release after a hang, nor with a write in flight
 		cctx, cancel := sess.releaseContext()
 		defer cancel()
 		if err := p.Close(cctx); err != nil {

@@ -30,6 +30,7 @@ type session struct {
 	peersOut *heldFile
 	logw     *logWriter // the log's stderr: never blocks (logwriter.go)
 	fence    fence      // kills the command's tree first on a loss (fence.go)
+	writes   outputWrites // output writes in flight (beginRelease waits for them)
 
 	// dataRefused is why the data root refused this lease (see
 	// isDataRefusal): the lease must then expire, not be released.
@@ -362,7 +363,7 @@ func (sess *session) lossExit(lerr error) error {
 // provider ("release failed; the lease will expire"); only a release that
 // did not finish in time is logged here, so no failure is logged twice.
 func (sess *session) closeProvider(ctx context.Context) {
-	awaitHangExit() // never a release after a hang
+	sess.beginRelease() // never a release after a hang, nor with a write in flight
 	if err := sess.provider.Close(ctx); err != nil && ctx.Err() != nil {
 		sess.log.Warn("release did not finish in time; the lease will expire", "err", err)
 	}
