@@ -28,8 +28,8 @@ type session struct {
 	// directories held since the start (heldfile.go); nil when not written.
 	leaseOut *heldFile
 	peersOut *heldFile
-	logw     *logWriter // the log's stderr: never blocks (logwriter.go)
-	fence    fence      // kills the command's tree first on a loss (fence.go)
+	logw     *logWriter   // the log's stderr: never blocks (logwriter.go)
+	fence    fence        // kills the command's tree first on a loss (fence.go)
 	writes   outputWrites // output writes in flight (beginRelease waits for them)
 
 	// dataRefused is why the data root refused this lease (see
