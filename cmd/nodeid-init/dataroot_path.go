@@ -14,22 +14,27 @@ import (
 // maxPathDepth bounds the walk up from a directory to / (underDataRoot).
 const maxPathDepth = 256
 
+// maxSymlinks bounds the symlinks followed while resolving a path outside
+// the data root (underDataRoot), as the kernel's ELOOP does.
+const maxSymlinks = 40
+
 // underDataRoot tells whether dir lies under the data root, by identity
-// rather than by the path's text: dir's directory prefixes are opened from
-// / (following the operator's symlinks), and the first whose directory
-// lies inside the data root (walking up with `..` from it reaches a
-// directory with the data root's device and inode: through the operator's
-// symlink to the data root or to a directory inside it, or a bind mount of
-// the data root) makes dir that directory's place inside the data root
-// followed by the rest of the path. It returns the data root, opened (the
-// caller owns it), and dir relative to it; nil when dir is not under it.
+// rather than by the path's text. dir is resolved one component at a time
+// from / (or the working directory): a symlink met outside the data root
+// is the operator's, its text spliced into the rest of the path; after
+// each directory reached, walking up from it with `..` tells whether it
+// lies inside the data root (it reaches a directory with the data root's
+// device and inode: through the operator's symlink to the data root or to
+// a directory inside it, or a bind mount of the data root). The first
+// directory inside makes dir that directory's place inside the data root
+// followed by the rest of the path, which openInside then walks without
+// following a symlink: a tenant's symlink inside the data root is met
+// there, never followed while resolving. It returns the data root, opened
+// (the caller owns it), and dir relative to it; nil when dir is not under
+// it.
 func underDataRoot(dir, dataRoot string) (*os.Root, string, error) {
 	if dataRoot == "" {
 		return nil, "", nil
-	}
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		return nil, "", err
 	}
 	root, err := os.OpenRoot(dataRoot)
 	if err != nil {
@@ -44,27 +49,124 @@ func underDataRoot(dir, dataRoot string) (*os.Root, string, error) {
 		root.Close()
 		return nil, "", fmt.Errorf("data root %s changed while it was opened", dataRoot)
 	}
-	parts := strings.Split(strings.TrimPrefix(abs, string(filepath.Separator)), string(filepath.Separator))
-	if abs == string(filepath.Separator) {
-		parts = nil
+	abs, err := filepath.Abs(dir) // the configured text cleaned, as before
+	if err != nil {
+		root.Close()
+		return nil, "", err
 	}
-	for i := 0; i <= len(parts); i++ {
-		prefix := string(filepath.Separator) + filepath.Join(parts[:i]...)
-		fd, err := unix.Open(prefix, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	inside, ok, err := resolveToDataRoot(abs, &want)
+	if err != nil || !ok {
+		root.Close()
+		return nil, "", err
+	}
+	return root, inside, nil
+}
+
+// resolveToDataRoot resolves path as underDataRoot says and returns its
+// place inside the data root want; ok is false when it does not lie under
+// it, or a component does not exist or is not a directory (the caller's
+// open then reports it).
+func resolveToDataRoot(path string, want *unix.Stat_t) (string, bool, error) {
+	start := "."
+	if filepath.IsAbs(path) {
+		start = string(filepath.Separator)
+	}
+	cur, err := unix.Open(start, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "", false, err
+	}
+	defer func() { unix.Close(cur) }()
+	check := func(shown string) (string, bool, error) {
+		fd, err := unix.Dup(cur)
 		if err != nil {
-			break // the rest does not exist: not reached through the data root
+			return "", false, err
 		}
-		inside, ok, err := placeInside(fd, &want)
+		inside, ok, err := placeInside(fd, want)
 		if err != nil {
-			root.Close()
-			return nil, "", fmt.Errorf("%s: %w", prefix, err)
+			return "", false, fmt.Errorf("%s: %w", shown, err)
 		}
-		if ok {
-			return root, filepath.Join(append([]string{inside}, parts[i:]...)...), nil
+		return inside, ok, nil
+	}
+	if inside, ok, err := check(start); err != nil || ok {
+		return inside, ok, err
+	}
+	rest := splitPath(path)
+	links := 0
+	for len(rest) > 0 {
+		c := rest[0]
+		rest = rest[1:]
+		if c == "" || c == "." {
+			continue
+		}
+		var st unix.Stat_t
+		if err := unix.Fstatat(cur, c, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return "", false, nil // the rest does not exist: not reached through the data root
+		}
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFLNK:
+			if links++; links > maxSymlinks {
+				return "", false, fmt.Errorf("%s: more than %d symlinks: %w", path, maxSymlinks, unix.ELOOP)
+			}
+			target, err := readlinkat(cur, c)
+			if err != nil {
+				return "", false, fmt.Errorf("%s: %w", path, err)
+			}
+			if filepath.IsAbs(target) {
+				fd, err := unix.Open(string(filepath.Separator), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+				if err != nil {
+					return "", false, err
+				}
+				unix.Close(cur)
+				cur = fd
+				if inside, ok, err := check(string(filepath.Separator)); err != nil || ok {
+					return inside, ok, err
+				}
+			}
+			rest = append(splitPath(target), rest...)
+			continue
+		case unix.S_IFDIR:
+		default:
+			return "", false, nil // not a directory: the caller's open reports it
+		}
+		fd, err := unix.Openat(cur, c, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return "", false, fmt.Errorf("%s: %s: %w", path, c, err)
+		}
+		var got unix.Stat_t
+		if err := unix.Fstat(fd, &got); err != nil || got.Dev != st.Dev || got.Ino != st.Ino {
+			unix.Close(fd)
+			return "", false, fmt.Errorf("%s: %s changed while it was resolved", path, c)
+		}
+		unix.Close(cur)
+		cur = fd
+		if inside, ok, err := check(path); err != nil || ok {
+			if ok {
+				inside = filepath.Join(append([]string{inside}, rest...)...)
+			}
+			return inside, ok, err
 		}
 	}
-	root.Close()
-	return nil, "", nil
+	return "", false, nil
+}
+
+// splitPath is path's components ("" and "." included, skipped by the
+// caller).
+func splitPath(path string) []string {
+	return strings.Split(path, string(filepath.Separator))
+}
+
+// readlinkat is the text of the symlink name in the directory dirfd.
+func readlinkat(dirfd int, name string) (string, error) {
+	for n := 256; ; n *= 2 {
+		buf := make([]byte, n)
+		m, err := unix.Readlinkat(dirfd, name, buf)
+		if err != nil {
+			return "", err
+		}
+		if m < n {
+			return string(buf[:m]), nil
+		}
+	}
 }
 
 func sameStat(fi os.FileInfo, st *unix.Stat_t) bool {
