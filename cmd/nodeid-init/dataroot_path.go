@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -54,7 +55,7 @@ func underDataRoot(dir, dataRoot string) (*os.Root, string, error) {
 		root.Close()
 		return nil, "", err
 	}
-	inside, ok, err := resolveToDataRoot(abs, &want)
+	inside, ok, err := resolveToDataRoot(abs, &want, &mountPlace{root: root, rootPath: dataRoot, want: &want})
 	if err != nil || !ok {
 		root.Close()
 		return nil, "", err
@@ -66,11 +67,9 @@ func underDataRoot(dir, dataRoot string) (*os.Root, string, error) {
 // place inside the data root want; ok is false when it does not lie under
 // it, or a component does not exist or is not a directory (the caller's
 // open then reports it).
-func resolveToDataRoot(path string, want *unix.Stat_t) (string, bool, error) {
-	start := "."
-	if filepath.IsAbs(path) {
-		start = string(filepath.Separator)
-	}
+func resolveToDataRoot(path string, want *unix.Stat_t, mp *mountPlace) (string, bool, error) {
+	start := string(filepath.Separator)
+	curPath := start // cur's path, with no symlink in it
 	cur, err := unix.Open(start, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return "", false, err
@@ -84,6 +83,14 @@ func resolveToDataRoot(path string, want *unix.Stat_t) (string, bool, error) {
 		inside, ok, err := placeInside(fd, want)
 		if err != nil {
 			return "", false, fmt.Errorf("%s: %w", shown, err)
+		}
+		if !ok {
+			// `..` of a mount's root leaves the mount: a bind mount of a
+			// directory inside the data root is found by its mount.
+			inside, ok, err = mp.place(cur, curPath)
+			if err != nil {
+				return "", false, fmt.Errorf("%s: %w", shown, err)
+			}
 		}
 		return inside, ok, nil
 	}
@@ -117,7 +124,7 @@ func resolveToDataRoot(path string, want *unix.Stat_t) (string, bool, error) {
 					return "", false, err
 				}
 				unix.Close(cur)
-				cur = fd
+				cur, curPath = fd, string(filepath.Separator)
 				if inside, ok, err := check(string(filepath.Separator)); err != nil || ok {
 					return inside, ok, err
 				}
@@ -139,6 +146,11 @@ func resolveToDataRoot(path string, want *unix.Stat_t) (string, bool, error) {
 		}
 		unix.Close(cur)
 		cur = fd
+		if c == ".." {
+			curPath = filepath.Dir(curPath)
+		} else {
+			curPath = filepath.Join(curPath, c)
+		}
 		if inside, ok, err := check(path); err != nil || ok {
 			if ok {
 				inside = filepath.Join(append([]string{inside}, rest...)...)
@@ -147,6 +159,135 @@ func resolveToDataRoot(path string, want *unix.Stat_t) (string, bool, error) {
 		}
 	}
 	return "", false, nil
+}
+
+// mountPlace finds a directory's place inside the data root through the
+// mount table (/proc/self/mountinfo), for a directory on the data root's
+// device that `..` does not lead into it: the root of a bind mount of a
+// directory inside the data root. The place found is then opened from the
+// data root (openInside: no symlink) and must be that very directory.
+type mountPlace struct {
+	root     *os.Root
+	rootPath string
+	want     *unix.Stat_t
+
+	loaded bool
+	mounts []mountEntry
+	fsRoot string // the data root's path on its file system; "" if unknown
+}
+
+type mountEntry struct {
+	dev        uint64
+	root, mntp string
+}
+
+func (m *mountPlace) place(fd int, path string) (string, bool, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return "", false, err
+	}
+	if st.Dev != m.want.Dev {
+		return "", false, nil
+	}
+	if !m.loaded {
+		m.loaded = true
+		m.mounts = readMountInfo()
+		if p, err := filepath.EvalSymlinks(m.rootPath); err == nil {
+			var rst unix.Stat_t
+			if unix.Stat(p, &rst) == nil && rst.Dev == m.want.Dev && rst.Ino == m.want.Ino {
+				m.fsRoot = m.fsPath(p)
+			}
+		}
+	}
+	if m.fsRoot == "" {
+		return "", false, nil
+	}
+	fsp := m.fsPath(path)
+	if fsp == "" {
+		return "", false, nil
+	}
+	rel, err := filepath.Rel(m.fsRoot, fsp)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return "", false, nil
+	}
+	d, err := openInside(m.root, rel)
+	if err != nil {
+		return "", false, fmt.Errorf("a mount of %s inside the data root: %w", rel, err)
+	}
+	defer d.Close()
+	fi, err := d.Stat(".")
+	if err != nil || !sameStat(fi, &st) {
+		return "", false, fmt.Errorf("a mount of %s inside the data root, which is not found there", rel)
+	}
+	return rel, true, nil
+}
+
+// fsPath is path's path on its file system: the root of the mount it lies
+// in joined with the rest of path below the mount point; "" when the mount
+// is not found or is not on the data root's device.
+func (m *mountPlace) fsPath(path string) string {
+	best := -1
+	for i, e := range m.mounts {
+		if e.dev != m.want.Dev {
+			continue
+		}
+		if e.mntp == path || e.mntp == string(filepath.Separator) || strings.HasPrefix(path, e.mntp+string(filepath.Separator)) {
+			if best < 0 || len(e.mntp) >= len(m.mounts[best].mntp) {
+				best = i
+			}
+		}
+	}
+	if best < 0 {
+		return ""
+	}
+	e := m.mounts[best]
+	rel, err := filepath.Rel(e.mntp, path)
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(e.root, rel)
+}
+
+// readMountInfo parses /proc/self/mountinfo (nil when it cannot be read):
+// fields 3 (major:minor), 4 (root) and 5 (mount point), later entries over
+// earlier ones on the same mount point.
+func readMountInfo() []mountEntry {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	var out []mountEntry
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		var major, minor uint32
+		if _, err := fmt.Sscanf(f[2], "%d:%d", &major, &minor); err != nil {
+			continue
+		}
+		out = append(out, mountEntry{dev: uint64(unix.Mkdev(major, minor)), root: unescapeMount(f[3]), mntp: unescapeMount(f[4])})
+	}
+	return out
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, "\\") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
 
 // splitPath is path's components ("" and "." included, skipped by the
