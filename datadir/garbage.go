@@ -225,7 +225,12 @@ func removeGarbage(node *os.File, name string, d *os.File, steps *atomic.Int64) 
 		if last == nil {
 			return nil
 		}
-		// Whatever stopped the rmdir (late entries, or node-N made
+		// The name no longer leads to d (moved or replaced since): d may
+		// lie outside the data root now, so nothing is written through it.
+		if pe := (*os.PathError)(nil); !errors.As(last, &pe) || pe.Op != "rmdir" {
+			return last
+		}
+		// Whatever stopped the rmdir itself (late entries, or node-N made
 		// read-only: EACCES), the claim goes back, or no later garbage
 		// collection would judge the directory ours.
 		if err := restoreKeeper(d, k); err != nil {
