@@ -17,6 +17,11 @@ import (
 type fence struct {
 	pgid   atomic.Int64 // the command's pid = pgid once started, else 0
 	fenced atomic.Bool  // the lease was lost
+	// leader is the command itself, signalled through its pidfd: it may
+	// have left its group, and /proc may be another PID namespace's (then
+	// the group and the leader are all the fence can find). A pidfd cannot
+	// hit another process once the leader is reaped (review r26f).
+	leader atomic.Pointer[os.Process]
 }
 
 // fenceWait bounds the fence's wait for the killed tree to die. Death by
@@ -28,6 +33,9 @@ const fenceWait = time.Second
 // most fenceWait, until it is dead. Only then may the loss be logged.
 func (f *fence) kill(*nodeid.LostError) {
 	f.fenced.Store(true)
+	if p := f.leader.Load(); p != nil {
+		_ = p.Kill()
+	}
 	if pg := int(f.pgid.Load()); pg > 0 {
 		killTree(pg)
 		awaitTreeDead(pg, fenceWait)
@@ -59,13 +67,15 @@ func awaitTreeDead(pgid int, timeout time.Duration) {
 // came between the start and this store saw no pgid: it is killed here.
 // (Both sides store, then load, sequentially consistent: at least one of
 // them sees the other.)
-func (f *fence) started(pid int) {
-	f.pgid.Store(int64(pid))
+func (f *fence) started(p *os.Process) {
+	f.leader.Store(p)
+	f.pgid.Store(int64(p.Pid))
 	if f.fenced.Load() {
-		killTree(pid)
+		_ = p.Kill()
+		killTree(p.Pid)
 	}
 }
 
 // stopped forgets the pgid once every process of the command is dead and
 // reaped: the pid may be reused.
-func (f *fence) stopped() { f.pgid.Store(0) }
+func (f *fence) stopped() { f.pgid.Store(0); f.leader.Store(nil) }

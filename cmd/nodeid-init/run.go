@@ -282,7 +282,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	err = child.Start()
 	if err == nil {
-		sess.fence.started(child.Process.Pid) // first: a loss from now on kills it
+		sess.fence.started(child.Process) // first: a loss from now on kills it
 	}
 	close(started)
 	if err != nil {
@@ -305,6 +305,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	stopRest := sync.OnceValue(func() error {
 		stopReaping()
 		start := time.Now()
+		_ = child.Process.Kill() // by pidfd: it may have left its group, /proc may be foreign
 		n, err := killLeftovers(pid, groupExitTimeout)
 		if err == nil {
 			select {
@@ -346,6 +347,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			killTimer = time.After(s.stopTimeout)
 		case <-killTimer:
 			sess.log.Warn("command did not stop in time, killing it", "stop_timeout_seconds", s.stopTimeout.Seconds())
+			_ = child.Process.Kill() // by pidfd: it may have left its group
 			killTree(pid)
 			killTimer = nil
 		case <-exited:
