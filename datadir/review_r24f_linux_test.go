@@ -97,3 +97,70 @@ func TestReviewR24fFixedDirModeFileSystemFailsEveryPreparationWithASubdirectory(
 		}
 	}
 }
+
+// Review r24f (invariant 5: no write, chmod or delete outside the data
+// root): removeGarbage empties its garbage directory through the
+// descriptor d for up to three rounds, each listing d afresh and removing
+// whatever it holds (removeAllAt: chmod u+rwx, then delete), and checks
+// that the garbage name still leads to d only at the rmdir. r24e's fix
+// (0e89e83) stops the keeper's write-back once the name no longer leads to
+// d, but not the rounds before it. A tenant that renames the garbage
+// directory out of the data root while it is being emptied has every
+// entry made in it there afterwards (by anyone: it is an ordinary
+// directory outside the data root now) chmodded and deleted by our GC.
+//
+// Schedule: v1, v2 valid, Collect at v2 with Keep 1; v1 is renamed to its
+// garbage name and listed (testHookGarbageListed); then the tenant renames
+// it to <outside>/moved and someone outside the data root creates
+// precious/keep in it, precious read-only (0500). Round 1 removes v1's
+// content, finds precious, not alone: round 2 lists precious and removes
+// it, making it writable first. Wanted: nothing under <outside> changed.
+func TestReviewR24fGarbageMovedOutOfTheDataRootIsEmptiedThere(t *testing.T) {
+	dir := t.TempDir()
+	root, outside := filepath.Join(dir, "root"), filepath.Join(dir, "outside")
+	for _, d := range []string{root, outside} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	makeVersion(t, root, 0, 1, map[string]string{"a/f": "1"}, 1)
+	makeVersion(t, root, 0, 2, map[string]string{"a/f": "2"}, 2)
+	nodeDir := filepath.Dir(Dir(root, inst(0, 1)))
+	moved := filepath.Join(outside, "moved")
+	precious := filepath.Join(moved, "precious")
+	setHook(t, &testHookGarbageListed, func(name string) {
+		if _, err := os.Stat(moved); err == nil {
+			return // once
+		}
+		if err := os.Rename(filepath.Join(nodeDir, name), moved); err != nil {
+			t.Error(err)
+			return
+		}
+		if err := os.Mkdir(precious, 0o700); err != nil {
+			t.Error(err)
+			return
+		}
+		if err := os.WriteFile(filepath.Join(precious, "keep"), []byte("not yours"), 0o600); err != nil {
+			t.Error(err)
+		}
+		if err := os.Chmod(precious, 0o500); err != nil {
+			t.Error(err)
+		}
+	})
+	_, err := Collect(context.Background(), root, inst(0, 2), Options{Keep: 1, Logger: quiet})
+	testHookGarbageListed = nil
+	t.Logf("Collect: %v", err)
+	if _, serr := os.Stat(moved); serr != nil {
+		t.Fatalf("setup: the hook did not move the garbage directory out: %v", serr)
+	}
+	fi, serr := os.Stat(precious)
+	switch {
+	case serr != nil:
+		t.Errorf("%s, made outside the data root after the garbage directory was moved there, was deleted by Collect: %v", precious, serr)
+	case fi.Mode().Perm() != 0o500:
+		t.Errorf("%s outside the data root was chmodded by Collect: mode %v, want 0500", precious, fi.Mode().Perm())
+	}
+	if _, serr := os.Stat(filepath.Join(precious, "keep")); serr != nil && fi != nil {
+		t.Errorf("%s/keep outside the data root was deleted by Collect: %v", precious, serr)
+	}
+}
