@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -163,4 +164,79 @@ func TestReviewR24fGarbageMovedOutOfTheDataRootIsEmptiedThere(t *testing.T) {
 	if _, serr := os.Stat(filepath.Join(precious, "keep")); serr != nil && fi != nil {
 		t.Errorf("%s/keep outside the data root was deleted by Collect: %v", precious, serr)
 	}
+}
+
+// Review r24f (invariant 5, the copy's side of the same hole): Prepare
+// writes the whole copy, then the marker, through the descriptor of its
+// target and of the directories it made, and never looks again whether
+// the target's name still leads there. A tenant that renames vK out of the
+// data root once the copy started has every later file, directory and the
+// marker written outside the data root, and Prepare reports success with
+// dir naming a path that is no longer what it prepared.
+//
+// Schedule: v1 valid with files f0..f9; Prepare v2 (ungraceful: copies);
+// before the first file is copied (testHookFile) the tenant renames
+// node-0/v2 to <outside>/moved. Wanted: nothing created in <outside>/moved
+// after the move (Prepare fails instead, or stops writing).
+func TestReviewR24fTargetMovedOutOfTheDataRootIsWrittenThere(t *testing.T) {
+	dir := t.TempDir()
+	root, outside := filepath.Join(dir, "root"), filepath.Join(dir, "outside")
+	for _, d := range []string{root, outside} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	files := map[string]string{}
+	for i := range 10 {
+		files[filepath.Join("d", string(rune('a'+i)))] = "data"
+	}
+	makeVersion(t, root, 0, 1, files, 1)
+	target := Dir(root, inst(0, 2))
+	moved := filepath.Join(outside, "moved")
+	var atMove []string
+	setHook(t, &testHookFile, func(rel string) {
+		if atMove != nil {
+			return
+		}
+		if err := os.Rename(target, moved); err != nil {
+			t.Error(err)
+			return
+		}
+		atMove = listTree(t, moved)
+	})
+	got, _, err := Prepare(context.Background(), root, inst(0, 2), Options{Workers: 1, Logger: quiet})
+	testHookFile = nil
+	t.Logf("Prepare: %q, %v", got, err)
+	if atMove == nil {
+		t.Fatal("setup: the hook never ran")
+	}
+	after := listTree(t, moved)
+	var written []string
+	for _, p := range after {
+		if !slices.Contains(atMove, p) {
+			written = append(written, p)
+		}
+	}
+	if len(written) > 0 {
+		t.Errorf("written outside the data root after the target was moved there (%s): %v", moved, written)
+	}
+}
+
+// listTree lists the paths below dir, relative to it.
+func listTree(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if rel, _ := filepath.Rel(dir, p); rel != "." {
+			out = append(out, rel)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
