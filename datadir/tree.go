@@ -43,6 +43,14 @@ type tree struct {
 	topStat        unix.Stat_t // srcDir's, for the target's owner and times
 	dstStat        unix.Stat_t // dstDir's as the walk starts: the owner of what it makes
 
+	// The permission bits this file system gives a directory made by
+	// mkdirat(0700), probed once when a subdirectory shows more
+	// (checkFreshSubdir): a fixed directory mode (CIFS dir_mode, vfat
+	// dmask) ignores the mode asked for.
+	mkdirModeOnce sync.Once
+	mkdirMode     uint32
+	mkdirModeErr  error
+
 	srcRoot *os.Root // the source, to resolve symlink chains in checkSymlink
 	// The target, where validation resolves them: its links are the ones
 	// the broker follows, and only this preparation writes it, while a
