@@ -217,7 +217,21 @@ func readSmallFileAt(dir *os.File, name string) ([]byte, error) {
 // keeps the directories of its first heldLevels levels open; deeper, only
 // the one being emptied, and an ancestor is opened again (reopenRemoval)
 // when its turn comes back: descriptors do not grow with the depth.
+//
+// Before it empties a directory, and again each time it comes back to one
+// from a subdirectory, it checks that each level still leads to the next
+// (fstatat of the name in its parent, as far up as descriptors are held,
+// and guard, if not nil, for dir itself): a directory moved or replaced
+// since it was opened, out of the data root perhaps, is left as it is
+// (errMovedOut). See docs/datadir.md, "What a tenant who renames our
+// directories can cause".
 func removeAllAt(dir *os.File, name string, steps *atomic.Int64) (err error) {
+	return removeAllAtGuarded(dir, name, steps, nil)
+}
+
+// removeAllAtGuarded is removeAllAt with guard, which fails once dir
+// itself no longer lies where it was judged.
+func removeAllAtGuarded(dir *os.File, name string, steps *atomic.Int64, guard func() error) (err error) {
 	stack := []*removal{{d: dir, names: []string{name}}}
 	defer func() {
 		for _, f := range stack[1:] {
@@ -245,7 +259,14 @@ func removeAllAt(dir *os.File, name string, steps *atomic.Int64) (err error) {
 				return &os.PathError{Op: "rmdir", Path: path.Join(parent.d.Name(), top.name), Err: err}
 			}
 			step(steps)
+			parent.checked = false // back in it: check again before going on
 			continue
+		}
+		if !top.checked && len(stack) > 1 {
+			if err := checkRemovalChain(stack, guard); err != nil {
+				return err
+			}
+			top.checked = true
 		}
 		n := top.names[0]
 		top.names = top.names[1:]
@@ -274,10 +295,41 @@ func removeAllAt(dir *os.File, name string, steps *atomic.Int64) (err error) {
 // parent, its descriptor (nil while closed), as first opened, and the
 // entries still to remove.
 type removal struct {
-	d     *os.File
-	name  string
-	id    dirID
-	names []string
+	d       *os.File
+	name    string
+	id      dirID
+	names   []string
+	checked bool // checkRemovalChain passed since it was entered or resumed
+}
+
+// errMovedOut: a directory being removed was moved or replaced meanwhile;
+// what is left of it is not touched again.
+var errMovedOut = errors.New("moved or replaced while it was being removed; left in place")
+
+// checkRemovalChain checks that each directory of stack, from the deepest
+// up to the first whose parent is not held open, is still the entry of its
+// name in its parent, then guard (dir itself, stack[0]).
+func checkRemovalChain(stack []*removal, guard func() error) error {
+	for i := len(stack) - 1; i >= 1; i-- {
+		parent := stack[i-1].d
+		if parent == nil {
+			break // deeper than heldLevels: reopenRemoval checks on the way up
+		}
+		var st unix.Stat_t
+		if err := fstatat(int(parent.Fd()), stack[i].name, &st); err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("%s: %w", path.Join(parent.Name(), stack[i].name), errMovedOut)
+			}
+			return err
+		}
+		if (dirID{uint64(st.Dev), uint64(st.Ino)}) != stack[i].id {
+			return fmt.Errorf("%s: %w", path.Join(parent.Name(), stack[i].name), errMovedOut)
+		}
+	}
+	if guard != nil {
+		return guard()
+	}
+	return nil
 }
 
 // openForRemoval removes name from dir if it is not a directory (sub nil),
