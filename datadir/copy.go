@@ -31,6 +31,10 @@ func (t *tree) copyDir(j *dirJob) {
 	if t.stopped() {
 		return
 	}
+	if err := t.inPlace(); err != nil {
+		t.setErr(err)
+		return
+	}
 	entries, err := readDirEntries(j.src)
 	if err != nil {
 		t.setErr(err)
@@ -83,9 +87,13 @@ func (t *tree) copyDir(j *dirJob) {
 	j.spread(t.pool, batches, limit)
 }
 
-// copyEntry copies, links or recreates one entry that is not a directory.
+// copyEntry copies, links or recreates one entry that is not a directory,
+// once the target is still in place (inPlace).
 func (t *tree) copyEntry(j *dirJob, f fileJob) error {
 	if f.act == actSymlink {
+		if err := t.inPlace(); err != nil {
+			return err
+		}
 		var st unix.Stat_t
 		if err := fstatat(int(j.src.Fd()), f.name, &st); err != nil {
 			return err
@@ -105,6 +113,9 @@ func (t *tree) copyEntry(j *dirJob, f fileJob) error {
 		if stop {
 			return nil
 		}
+	}
+	if err := t.inPlace(); err != nil {
+		return err
 	}
 	if f.act == actLink {
 		// The type came from the listing: open the name itself (O_PATH,
@@ -283,6 +294,10 @@ func (t *tree) copySubdir(parent *dirJob, name, rel string) {
 			return
 		}
 		defer j.release()
+		if err := t.inPlace(); err != nil {
+			t.setErr(err)
+			return
+		}
 		t.setErr(t.finishDir(j.dst, &dst, &st, rel))
 	}
 	t.copyDir(j)
@@ -291,6 +306,9 @@ func (t *tree) copySubdir(parent *dirJob, name, rel string) {
 // openSubdir makes the target directory name and opens it and the
 // source's; st is the target's fstat.
 func (t *tree) openSubdir(parent *dirJob, name, rel string) (_ *dirJob, st unix.Stat_t, _ error) {
+	if err := t.inPlace(); err != nil {
+		return nil, st, err
+	}
 	if err := unix.Mkdirat(int(parent.dst.Fd()), name, 0o700); err != nil {
 		return nil, st, &os.PathError{Op: "mkdirat", Path: path.Join(t.dst, rel), Err: err}
 	}
