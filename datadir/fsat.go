@@ -218,13 +218,12 @@ func readSmallFileAt(dir *os.File, name string) ([]byte, error) {
 // the one being emptied, and an ancestor is opened again (reopenRemoval)
 // when its turn comes back: descriptors do not grow with the depth.
 //
-// Before it empties a directory, and again each time it comes back to one
-// from a subdirectory, it checks that each level still leads to the next
-// (fstatat of the name in its parent, as far up as descriptors are held,
-// and guard, if not nil, for dir itself): a directory moved or replaced
-// since it was opened, out of the data root perhaps, is left as it is
-// (errMovedOut). See docs/datadir.md, "What a tenant who renames our
-// directories can cause".
+// Before it opens a directory to empty it, it checks that each level above
+// still leads to the next (fstatat of the name in its parent, as far up as
+// descriptors are held, and guard, if not nil, for dir itself): a
+// directory moved or replaced since it was opened, out of the data root
+// perhaps, is left as it is (errMovedOut). See docs/datadir.md, "What a
+// tenant who renames our directories can cause".
 func removeAllAt(dir *os.File, name string, steps *atomic.Int64) (err error) {
 	return removeAllAtGuarded(dir, name, steps, nil)
 }
@@ -259,18 +258,11 @@ func removeAllAtGuarded(dir *os.File, name string, steps *atomic.Int64, guard fu
 				return &os.PathError{Op: "rmdir", Path: path.Join(parent.d.Name(), top.name), Err: err}
 			}
 			step(steps)
-			parent.checked = false // back in it: check again before going on
 			continue
-		}
-		if !top.checked && len(stack) > 1 {
-			if err := checkRemovalChain(stack, guard); err != nil {
-				return err
-			}
-			top.checked = true
 		}
 		n := top.names[0]
 		top.names = top.names[1:]
-		sub, names, err := openForRemoval(top.d, n)
+		sub, names, err := openForRemoval(top.d, n, func() error { return checkRemovalChain(stack, guard) })
 		switch {
 		case err != nil:
 			return err
@@ -295,11 +287,10 @@ func removeAllAtGuarded(dir *os.File, name string, steps *atomic.Int64, guard fu
 // parent, its descriptor (nil while closed), as first opened, and the
 // entries still to remove.
 type removal struct {
-	d       *os.File
-	name    string
-	id      dirID
-	names   []string
-	checked bool // checkRemovalChain passed since it was entered or resumed
+	d     *os.File
+	name  string
+	id    dirID
+	names []string
 }
 
 // errMovedOut: a directory being removed was moved or replaced meanwhile;
@@ -333,8 +324,9 @@ func checkRemovalChain(stack []*removal, guard func() error) error {
 }
 
 // openForRemoval removes name from dir if it is not a directory (sub nil),
-// else opens it for removal (see openDirForRemoval) and lists it.
-func openForRemoval(dir *os.File, name string) (sub *os.File, names []string, _ error) {
+// else, once check passed, opens it for removal (see openDirForRemoval)
+// and lists it.
+func openForRemoval(dir *os.File, name string, check func() error) (sub *os.File, names []string, _ error) {
 	var st unix.Stat_t
 	switch err := fstatat(int(dir.Fd()), name, &st); {
 	case errors.Is(err, fs.ErrNotExist):
@@ -352,6 +344,11 @@ func openForRemoval(dir *os.File, name string) (sub *os.File, names []string, _ 
 	// ours. Checked on the name before the directory is opened, and on
 	// what was opened before it is made writable or read: a mount may
 	// arrive between the two.
+	// dir must still lie where it was judged before anything below it is
+	// opened, made writable or listed.
+	if err := check(); err != nil {
+		return nil, nil, err
+	}
 	pm, err := mountOf(int(dir.Fd()), "")
 	if err != nil {
 		return nil, nil, err
