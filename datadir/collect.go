@@ -115,6 +115,14 @@ func collect(ctx context.Context, node *os.File, nodePath string, current node.V
 			log.Warn("not ours, left in place: a mount point", "dir", p, "err", err)
 			continue
 		}
+		if errors.Is(err, errMovedOut) {
+			// Moved away (out of the data root, perhaps) while it was
+			// being emptied: no longer ours to remove.
+			p = filepath.Join(nodePath, e.name)
+			notOurs = append(notOurs, p)
+			log.Warn("not ours, left in place: moved or replaced while it was being removed", "dir", p, "err", err)
+			continue
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("datadir: removing %s: %w", name, err))
 			if errors.Is(err, ErrSyncTimeout) {

@@ -5,10 +5,12 @@ package datadir
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -27,6 +29,10 @@ func (t *tree) copyDir(j *dirJob) {
 	defer j.done()
 	defer j.release() // the hold of the task that opened j
 	if t.stopped() {
+		return
+	}
+	if err := t.inPlace(); err != nil {
+		t.setErr(err)
 		return
 	}
 	entries, err := readDirEntries(j.src)
@@ -81,9 +87,13 @@ func (t *tree) copyDir(j *dirJob) {
 	j.spread(t.pool, batches, limit)
 }
 
-// copyEntry copies, links or recreates one entry that is not a directory.
+// copyEntry copies, links or recreates one entry that is not a directory,
+// once the target is still in place (inPlace).
 func (t *tree) copyEntry(j *dirJob, f fileJob) error {
 	if f.act == actSymlink {
+		if err := t.inPlace(); err != nil {
+			return err
+		}
 		var st unix.Stat_t
 		if err := fstatat(int(j.src.Fd()), f.name, &st); err != nil {
 			return err
@@ -103,6 +113,9 @@ func (t *tree) copyEntry(j *dirJob, f fileJob) error {
 		if stop {
 			return nil
 		}
+	}
+	if err := t.inPlace(); err != nil {
+		return err
 	}
 	if f.act == actLink {
 		// The type came from the listing: open the name itself (O_PATH,
@@ -281,6 +294,10 @@ func (t *tree) copySubdir(parent *dirJob, name, rel string) {
 			return
 		}
 		defer j.release()
+		if err := t.inPlace(); err != nil {
+			t.setErr(err)
+			return
+		}
 		t.setErr(t.finishDir(j.dst, &dst, &st, rel))
 	}
 	t.copyDir(j)
@@ -289,6 +306,9 @@ func (t *tree) copySubdir(parent *dirJob, name, rel string) {
 // openSubdir makes the target directory name and opens it and the
 // source's; st is the target's fstat.
 func (t *tree) openSubdir(parent *dirJob, name, rel string) (_ *dirJob, st unix.Stat_t, _ error) {
+	if err := t.inPlace(); err != nil {
+		return nil, st, err
+	}
 	if err := unix.Mkdirat(int(parent.dst.Fd()), name, 0o700); err != nil {
 		return nil, st, &os.PathError{Op: "mkdirat", Path: path.Join(t.dst, rel), Err: err}
 	}
@@ -318,7 +338,7 @@ func (t *tree) openSubdir(parent *dirJob, name, rel string) (_ *dirJob, st unix.
 	}
 	// The open is by name, as in makeDir: a directory swapped in since
 	// mkdirat is neither written into nor recorded as made.
-	if err := t.checkFreshSubdir(d, &st, rel); err != nil {
+	if err := t.checkFreshSubdir(parent.dst, d, name, &st, rel); err != nil {
 		s.Close()
 		d.Close()
 		return nil, st, err
@@ -339,14 +359,29 @@ func (t *tree) openSubdir(parent *dirJob, name, rel string) (_ *dirJob, st unix.
 var testHookAfterSubdirMkdir func(rel string)
 
 // checkFreshSubdir checks that the target directory d (st its fstat), just
-// made by mkdirat and opened by name, looks as made: empty, with the owner
-// of the target (which keeps the preparing owner until the walk is done)
-// and no mode bits beyond mkdirat's 0700 (and a setgid bit the parent may
-// pass on). Another directory swapped in is ErrValidation.
-func (t *tree) checkFreshSubdir(d *os.File, st *unix.Stat_t, rel string) error {
-	if st.Uid != t.dstStat.Uid || st.Mode&0o7777&^(0o700|unix.S_ISGID) != 0 {
+// made by mkdirat as name in parent and opened by name, looks as made
+// (docs/datadir.md, "Fresh subdirectories"): empty; owned by us (the
+// target's owner, which keeps the preparing owner until the walk is done,
+// or our euid); no write bit for group or others; no mode bits beyond
+// mkdirat's 0700 (and a setgid bit the parent may pass on) unless this
+// file system gives every new directory those bits (probeMkdirMode); and
+// the name still leads to d. Another directory swapped in is ErrValidation.
+func (t *tree) checkFreshSubdir(parent, d *os.File, name string, st *unix.Stat_t, rel string) error {
+	replaced := func() error {
 		return fmt.Errorf("%w: %s: replaced in the target right after it was made (owner %d, mode %#o)",
 			ErrValidation, rel, st.Uid, st.Mode&0o7777)
+	}
+	if st.Uid != t.dstStat.Uid && st.Uid != uint32(os.Geteuid()) || st.Mode&0o022 != 0 {
+		return replaced()
+	}
+	if extra := st.Mode & 0o7777 &^ (0o700 | unix.S_ISGID); extra != 0 {
+		t.mkdirModeOnce.Do(func() { t.mkdirMode, t.mkdirModeErr = probeMkdirMode(parent) })
+		if t.mkdirModeErr != nil {
+			return t.mkdirModeErr
+		}
+		if st.Mode&0o7777&^unix.S_ISGID != t.mkdirMode&^unix.S_ISGID {
+			return replaced()
+		}
 	}
 	switch empty, err := isEmpty(d); {
 	case err != nil:
@@ -354,7 +389,31 @@ func (t *tree) checkFreshSubdir(d *os.File, st *unix.Stat_t, rel string) error {
 	case !empty:
 		return fmt.Errorf("%w: %s: replaced in the target right after it was made (%w)", ErrValidation, rel, errNotFresh)
 	}
+	var now unix.Stat_t
+	if err := fstatat(int(parent.Fd()), name, &now); err != nil {
+		return err
+	}
+	if now.Dev != st.Dev || now.Ino != st.Ino {
+		return fmt.Errorf("%w: %s: replaced in the target right after it was opened", ErrValidation, rel)
+	}
 	return nil
+}
+
+// probeMkdirMode makes a directory with mkdirat(0700) in dir, a directory
+// of the target, reads the mode it got and removes it: on a file system
+// with a fixed directory mode, every directory the copy makes has that
+// mode, not 0700.
+func probeMkdirMode(dir *os.File) (uint32, error) {
+	name := ".nodeid-mkdir-mode-" + strconv.FormatUint(rand.Uint64(), 16)
+	if err := unix.Mkdirat(int(dir.Fd()), name, 0o700); err != nil {
+		return 0, &os.PathError{Op: "mkdirat", Path: path.Join(dir.Name(), name), Err: err}
+	}
+	var st unix.Stat_t
+	err := fstatat(int(dir.Fd()), name, &st)
+	if rerr := unix.Unlinkat(int(dir.Fd()), name, unix.AT_REMOVEDIR); err == nil && rerr != nil {
+		err = &os.PathError{Op: "rmdir", Path: path.Join(dir.Name(), name), Err: rerr}
+	}
+	return st.Mode & 0o7777, err
 }
 
 // copySymlink recreates a symlink after checking that it stays inside, with

@@ -217,7 +217,20 @@ func readSmallFileAt(dir *os.File, name string) ([]byte, error) {
 // keeps the directories of its first heldLevels levels open; deeper, only
 // the one being emptied, and an ancestor is opened again (reopenRemoval)
 // when its turn comes back: descriptors do not grow with the depth.
+//
+// Before it opens a directory to empty it, it checks that each level above
+// still leads to the next (fstatat of the name in its parent, as far up as
+// descriptors are held, and guard, if not nil, for dir itself): a
+// directory moved or replaced since it was opened, out of the data root
+// perhaps, is left as it is (errMovedOut). See docs/datadir.md, "What a
+// tenant who renames our directories can cause".
 func removeAllAt(dir *os.File, name string, steps *atomic.Int64) (err error) {
+	return removeAllAtGuarded(dir, name, steps, nil)
+}
+
+// removeAllAtGuarded is removeAllAt with guard, which fails once dir
+// itself no longer lies where it was judged.
+func removeAllAtGuarded(dir *os.File, name string, steps *atomic.Int64, guard func() error) (err error) {
 	stack := []*removal{{d: dir, names: []string{name}}}
 	defer func() {
 		for _, f := range stack[1:] {
@@ -249,7 +262,7 @@ func removeAllAt(dir *os.File, name string, steps *atomic.Int64) (err error) {
 		}
 		n := top.names[0]
 		top.names = top.names[1:]
-		sub, names, err := openForRemoval(top.d, n)
+		sub, names, err := openForRemoval(top.d, n, func() error { return checkRemovalChain(stack, guard) })
 		switch {
 		case err != nil:
 			return err
@@ -280,9 +293,40 @@ type removal struct {
 	names []string
 }
 
+// errMovedOut: a directory being removed was moved or replaced meanwhile;
+// what is left of it is not touched again.
+var errMovedOut = errors.New("moved or replaced while it was being removed; left in place")
+
+// checkRemovalChain checks that each directory of stack, from the deepest
+// up to the first whose parent is not held open, is still the entry of its
+// name in its parent, then guard (dir itself, stack[0]).
+func checkRemovalChain(stack []*removal, guard func() error) error {
+	for i := len(stack) - 1; i >= 1; i-- {
+		parent := stack[i-1].d
+		if parent == nil {
+			break // deeper than heldLevels: reopenRemoval checks on the way up
+		}
+		var st unix.Stat_t
+		if err := fstatat(int(parent.Fd()), stack[i].name, &st); err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("%s: %w", path.Join(parent.Name(), stack[i].name), errMovedOut)
+			}
+			return err
+		}
+		if (dirID{uint64(st.Dev), uint64(st.Ino)}) != stack[i].id {
+			return fmt.Errorf("%s: %w", path.Join(parent.Name(), stack[i].name), errMovedOut)
+		}
+	}
+	if guard != nil {
+		return guard()
+	}
+	return nil
+}
+
 // openForRemoval removes name from dir if it is not a directory (sub nil),
-// else opens it for removal (see openDirForRemoval) and lists it.
-func openForRemoval(dir *os.File, name string) (sub *os.File, names []string, _ error) {
+// else, once check passed, opens it for removal (see openDirForRemoval)
+// and lists it.
+func openForRemoval(dir *os.File, name string, check func() error) (sub *os.File, names []string, _ error) {
 	var st unix.Stat_t
 	switch err := fstatat(int(dir.Fd()), name, &st); {
 	case errors.Is(err, fs.ErrNotExist):
@@ -300,6 +344,11 @@ func openForRemoval(dir *os.File, name string) (sub *os.File, names []string, _ 
 	// ours. Checked on the name before the directory is opened, and on
 	// what was opened before it is made writable or read: a mount may
 	// arrive between the two.
+	// dir must still lie where it was judged before anything below it is
+	// opened, made writable or listed.
+	if err := check(); err != nil {
+		return nil, nil, err
+	}
 	pm, err := mountOf(int(dir.Fd()), "")
 	if err != nil {
 		return nil, nil, err

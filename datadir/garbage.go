@@ -178,11 +178,34 @@ func removeGarbage(node *os.File, name string, d *os.File, steps *atomic.Int64) 
 	if err := makeWritable(d); err != nil {
 		return err
 	}
+	// Before each round and each directory level emptied: the garbage
+	// name must still lead to d. A tenant who moved it out of the data
+	// root has it left there, nothing more listed, chmodded or removed.
+	want, err := idOf(d)
+	if err != nil {
+		return err
+	}
+	guard := func() error {
+		var st unix.Stat_t
+		err := fstatat(int(node.Fd()), name, &st)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+		case err != nil:
+			return err
+		case (dirID{uint64(st.Dev), uint64(st.Ino)}) == want:
+			return nil
+		}
+		return fmt.Errorf("%s: %w", path.Join(node.Name(), name), errMovedOut)
+	}
+	removeAll := func(n string) error { return removeAllAtGuarded(d, n, steps, guard) }
 	var last error
 	for range 3 {
+		if err := guard(); err != nil {
+			return err
+		}
 		// removeAllAt: whatever is there (a directory planted under the
 		// name is as much the version's content as any other).
-		if err := removeAllAt(d, markerAsideName, steps); err != nil {
+		if err := removeAll(markerAsideName); err != nil {
 			return err
 		}
 		if err := unpublishMarker(d, steps); err != nil {
@@ -209,7 +232,7 @@ func removeGarbage(node *os.File, name string, d *os.File, steps *atomic.Int64) 
 			if slices.Contains(keeperNames, n) {
 				continue
 			}
-			if err := removeAllAt(d, n, steps); err != nil {
+			if err := removeAll(n); err != nil {
 				return err
 			}
 		}
@@ -433,6 +456,8 @@ func collectGarbage(node *os.File, nodePath string, k node.Version, c Cluster, s
 		err = removeGarbage(node, n, d, steps)
 		d.Close()
 		switch {
+		case errors.Is(err, errMovedOut):
+			notOurs = append(notOurs, p)
 		case errors.Is(err, errMountPoint):
 			notOurs, mounts = append(notOurs, p), append(mounts, p)
 		case err != nil:

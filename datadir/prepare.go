@@ -174,6 +174,14 @@ func prepare(ctx context.Context, root string, inst node.Instance, opts Options,
 		return "", Result{}, fmt.Errorf("datadir: creating %s: %w", dir, err)
 	}
 	defer dst.Close()
+	dstID, err := idOf(dst)
+	if err != nil {
+		return "", Result{}, fmt.Errorf("datadir: %w", err)
+	}
+	// node-N/vK must still lead to dst wherever Prepare writes through it
+	// (docs/datadir.md, "What a tenant who renames our directories can
+	// cause"): a target moved away is never written on, nor reported.
+	inPlace := func() error { return targetAt(nodeDir.f, target, dstID) }
 	var (
 		ours        *unix.Stat_t // our in-progress file, once created
 		markerStart bool         // a marker there may be ours from here on
@@ -266,7 +274,7 @@ func prepare(ctx context.Context, root string, inst node.Instance, opts Options,
 		t = &tree{
 			ctx: ctx, cfg: cfg, log: log, node: nodeDir.r,
 			src: p.source.name, dst: target,
-			srcDir: p.source.dir, dstDir: dst,
+			srcDir: p.source.dir, dstDir: dst, nodeDir: nodeDir.f,
 			dstPath: dir,
 		}
 		if err := t.copyAndValidate(&res); err != nil {
@@ -278,6 +286,9 @@ func prepare(ctx context.Context, root string, inst node.Instance, opts Options,
 			return "", Result{}, err
 		}
 		// The copy keeps the source's top-level mode; restore ours.
+		if err := inPlace(); err != nil {
+			return "", Result{}, err
+		}
 		if err := dst.Chmod(cfg.dirMode); err != nil {
 			return "", Result{}, fmt.Errorf("datadir: %w", err)
 		}
@@ -297,6 +308,9 @@ func prepare(ctx context.Context, root string, inst node.Instance, opts Options,
 		return "", Result{}, err
 	}
 	m := Marker{InitializedAt: time.Now().UTC(), Version: inst.Version, InitializedFrom: from}
+	if err := inPlace(); err != nil {
+		return "", Result{}, err
+	}
 	markerStart = true
 	// The marker is written under another name (durably), and put in place
 	// only once the target passed the check below: a failed check then
@@ -322,8 +336,26 @@ func prepare(ctx context.Context, root string, inst node.Instance, opts Options,
 			return "", Result{}, err
 		}
 	}
+	if err := inPlace(); err != nil {
+		if rerr := unlinkAt(dst, markerAsideName); rerr != nil {
+			log.Warn("cannot remove the unpublished marker (not a marker: the directory stays our leftover)", "dir", dir, "err", rerr)
+		}
+		return "", Result{}, err
+	}
 	if err := publishMarker(dst); err != nil {
 		return "", Result{}, fmt.Errorf("datadir: putting the marker of %s in place: %w", dir, err)
+	}
+	if testHookAfterPublish != nil {
+		testHookAfterPublish(dir)
+	}
+	// Moved between the check above and the publication: the marker, now
+	// in a directory that is not node-N/vK, goes again (through dst), and
+	// the in-progress file stays.
+	if err := inPlace(); err != nil {
+		if rerr := unmark(dst); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+			log.Warn("cannot remove the marker of a target moved away", "dir", dir, "err", rerr)
+		}
+		return "", Result{}, err
 	}
 	// Exactly one unlink of the in-progress file succeeds: ours, and the
 	// directory is valid; or that of a later tenure's cleanup, which judged
@@ -340,6 +372,14 @@ func prepare(ctx context.Context, root string, inst node.Instance, opts Options,
 	}
 	// vK gets vJ's times last: the marker and the in-progress file moved
 	// them. The directory is valid and ready, so a failure is logged.
+	if err := inPlace(); err != nil {
+		// Moved away since the check after the publication: not what we
+		// report, nor a version where it is now.
+		if rerr := unmark(dst); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+			log.Warn("cannot remove the marker of a target moved away", "dir", dir, "err", rerr)
+		}
+		return "", Result{}, err
+	}
 	if t != nil {
 		if err := t.keepTopTimes(); err != nil {
 			log.Warn("cannot give the new directory the source's times", "dir", dir, "err", err)
@@ -590,13 +630,23 @@ func removeFailedTarget(node *os.File, name string, v node.Version, c Cluster, d
 	if err != nil {
 		return err
 	}
+	// Emptied only while node-N/vK still leads to it: moved away (out of
+	// the data root perhaps), it is left as it is.
+	id := dirID{uint64(want.Dev), uint64(want.Ino)}
+	guard := func() error { return targetAt(node, name, id) }
 	for _, n := range names {
 		if n == PreparingName {
 			continue
 		}
-		if err := removeAllAt(e.dir, n, steps); err != nil {
+		if err := guard(); err != nil {
 			return err
 		}
+		if err := removeAllAtGuarded(e.dir, n, steps, guard); err != nil {
+			return err
+		}
+	}
+	if err := guard(); err != nil {
+		return err
 	}
 	if err := unlinkAt(e.dir, PreparingName); err != nil {
 		return err

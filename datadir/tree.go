@@ -4,10 +4,12 @@ package datadir
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
 	"os"
+	"path"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,6 +24,7 @@ var (
 	testHookAfterMkdir     func(dir string) // after Prepare created its target
 	testHookAfterCreateIP  func(dir string) // after Prepare created its in-progress file, before its fstatat
 	testHookAfterMarker    func(dir string) // after Prepare wrote its marker, before its recheck
+	testHookAfterPublish   func(dir string) // after Prepare put its marker in place
 )
 
 // tree copies one version directory of a node to another and validates the
@@ -40,8 +43,20 @@ type tree struct {
 
 	// The source and target as Prepare inspected and created them.
 	srcDir, dstDir *os.File
-	topStat        unix.Stat_t // srcDir's, for the target's owner and times
-	dstStat        unix.Stat_t // dstDir's as the walk starts: the owner of what it makes
+	// nodeDir is node-N open, dstID the target's identity: the walk checks
+	// that the name dst there still leads to dstDir (inPlace).
+	nodeDir *os.File
+	dstID   dirID
+	topStat unix.Stat_t // srcDir's, for the target's owner and times
+	dstStat unix.Stat_t // dstDir's as the walk starts: the owner of what it makes
+
+	// The permission bits this file system gives a directory made by
+	// mkdirat(0700), probed once when a subdirectory shows more
+	// (checkFreshSubdir): a fixed directory mode (CIFS dir_mode, vfat
+	// dmask) ignores the mode asked for.
+	mkdirModeOnce sync.Once
+	mkdirMode     uint32
+	mkdirModeErr  error
 
 	srcRoot *os.Root // the source, to resolve symlink chains in checkSymlink
 	// The target, where validation resolves them: its links are the ones
@@ -264,10 +279,15 @@ func (t *tree) copyTop() error {
 	if err := unix.Fstat(int(t.dstDir.Fd()), &t.dstStat); err != nil {
 		return &os.PathError{Op: "fstat", Path: t.dstDir.Name(), Err: err}
 	}
+	t.dstID = dirID{uint64(t.dstStat.Dev), uint64(t.dstStat.Ino)}
 	t.err = nil
 	t.pool = newPool()
 	top := &dirJob{src: t.srcDir, dst: t.dstDir, finish: func(*dirJob) {
 		if t.firstErr() == nil {
+			if err := t.inPlace(); err != nil {
+				t.setErr(err)
+				return
+			}
 			t.setErr(t.finishTop(&t.topStat))
 		}
 	}}
@@ -310,4 +330,33 @@ func (t *tree) logProgress() (stop func()) {
 		}
 	})
 	return func() { close(done); wg.Wait() }
+}
+
+// inPlace checks that node-N/vK still leads to the target the walk writes
+// through (targetAt). The walk checks it before each entry it makes and
+// before each directory's own owner, mode and times are set.
+func (t *tree) inPlace() error {
+	if t.nodeDir == nil {
+		return nil
+	}
+	return targetAt(t.nodeDir, t.dst, t.dstID)
+}
+
+// errTargetMoved: the target's name no longer leads to the directory
+// Prepare writes through (renamed away, out of the data root perhaps).
+var errTargetMoved = errors.New("moved or replaced while it was being prepared")
+
+// targetAt checks that name in node (fstatat, no symlink followed) is the
+// directory id: ErrValidation (errTargetMoved) if not. See docs/datadir.md,
+// "What a tenant who renames our directories can cause".
+func targetAt(node *os.File, name string, id dirID) error {
+	var st unix.Stat_t
+	err := fstatat(int(node.Fd()), name, &st)
+	switch {
+	case err == nil && (dirID{uint64(st.Dev), uint64(st.Ino)}) == id:
+		return nil
+	case err != nil && !errors.Is(err, fs.ErrNotExist):
+		return err
+	}
+	return fmt.Errorf("%w: %s: %w", ErrValidation, path.Join(node.Name(), name), errTargetMoved)
 }

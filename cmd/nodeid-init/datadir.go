@@ -18,8 +18,13 @@ func (s *settings) checkDataOwner() error {
 	if s.dataRoot == "" {
 		return nil
 	}
-	err := datadir.CheckOwner(s.dataRoot, datadir.Cluster{Bucket: s.bucket, Prefix: s.prefix})
+	err := s.boundedCheck("read of "+datadir.OwnerName, func() error {
+		return datadir.CheckOwner(s.dataRoot, datadir.Cluster{Bucket: s.bucket, Prefix: s.prefix})
+	})
+	var ce *codeError
 	switch {
+	case errors.As(err, &ce):
+		return err
 	case errors.Is(err, datadir.ErrForeignCluster):
 		return fmt.Errorf("%w; no node ID was taken and the data root is unchanged. %s", err, foreignAdvice)
 	case err != nil:

@@ -298,3 +298,25 @@ func (sess *session) boundedFS(phase, what string, fn func() error) error {
 		return nil // not reached
 	}
 }
+
+// boundedCheck runs fn, a start-up check on the data root (stat, access,
+// the owner file, the outputs under it; release's scan for the newest
+// version), on its own goroutine within --fs-timeout. No lease is held
+// yet, so past the bound it returns one error, exit code 7, naming the
+// check, and leaves the hung goroutine behind (the process exits).
+func (s *settings) boundedCheck(what string, fn func() error) error {
+	if s.dataRoot == "" {
+		return fn()
+	}
+	bound := s.fsBound()
+	done := make(chan error, 1)
+	go func() { done <- fn() }()
+	timer := time.NewTimer(bound)
+	defer timer.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-timer.C:
+		return &codeError{code: exitFSHung, err: fmt.Errorf("data root %s hung at start-up: %w: %s did not return within %v (--fs-timeout); no node ID was taken", s.dataRoot, errFSHung, what, bound)}
+	}
+}

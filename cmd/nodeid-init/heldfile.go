@@ -270,7 +270,11 @@ func openOutputs(s *settings, outs ...outputFile) ([]*heldFile, error) {
 		if o.what == "lease file" {
 			open = func(_, path, dataRoot string) (*heldFile, error) { return openLeaseFile(path, dataRoot) }
 		}
-		h, err := open(o.what, o.path, s.dataRoot)
+		var h *heldFile
+		err := s.boundedCheck("open of "+o.path, func() (err error) {
+			h, err = open(o.what, o.path, s.dataRoot)
+			return err
+		})
 		if err != nil {
 			closeHeld(held...)
 			return nil, err

@@ -42,17 +42,19 @@ func (s *settings) checkTempDirPlacement() error {
 		return err
 	}
 	dir := os.TempDir()
-	root, rel, err := underDataRoot(dir, s.dataRoot)
-	if err != nil || root == nil {
-		return nil // not under it; a failure to tell shows again when the outputs are opened
-	}
-	defer root.Close()
-	d, err := openInside(root, rel)
-	if err != nil {
-		return usagef("lease file: $TMPDIR %s lies under the data root %s, where no symlink is followed and no node-N directory written (%v): set --lease-file or NODEID_LEASE_FILE, or TMPDIR", dir, s.dataRoot, unwrapPath(err))
-	}
-	d.Close()
-	return nil
+	return s.boundedCheck("placement check of $TMPDIR "+dir, func() error {
+		root, rel, err := underDataRoot(dir, s.dataRoot)
+		if err != nil || root == nil {
+			return nil // not under it; a failure to tell shows again when the outputs are opened
+		}
+		defer root.Close()
+		d, err := openInside(root, rel)
+		if err != nil {
+			return usagef("lease file: $TMPDIR %s lies under the data root %s, where no symlink is followed and no node-N directory written (%v): set --lease-file or NODEID_LEASE_FILE, or TMPDIR", dir, s.dataRoot, unwrapPath(err))
+		}
+		d.Close()
+		return nil
+	})
 }
 
 // claimDefaultLeaseFile takes the default lease file for this process: it

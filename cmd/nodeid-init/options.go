@@ -94,7 +94,7 @@ var options = []option{
 		s.dataRules, err = datadir.Preset(v)
 		return err
 	}},
-	{"fs-timeout", "NODEID_FS_TIMEOUT", "", "bound of each file-system phase on the data root (prepare, GC, the stop sequence's syncfs): past it the task exits 7 and leaves its lease to expire (default 4L, at least 30s; 1s..1h)", func(s *settings, v string) error {
+	{"fs-timeout", "NODEID_FS_TIMEOUT", "", "bound of each file-system phase on the data root (start-up checks, prepare, GC, the stop sequence's syncfs): past it the task exits 7 and leaves its lease to expire (default 4L, at least 30s; 1s..1h)", func(s *settings, v string) error {
 		return parseDurationIn(v, time.Second, maxLeaseDuration, &s.fsTimeout)
 	}},
 	{"env-file", "NODEID_ENV_FILE", "", "acquire: file to write NODE_ID=... to", func(s *settings, v string) error {

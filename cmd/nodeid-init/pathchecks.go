@@ -11,7 +11,7 @@ import (
 )
 
 // checkDataRoot verifies, without writing, that the data root is a writable
-// directory.
+// directory, within --fs-timeout (boundedCheck).
 func (s *settings) checkDataRoot() error {
 	if s.dataRoot == "" {
 		return nil
@@ -19,17 +19,19 @@ func (s *settings) checkDataRoot() error {
 	if err := checkPathText("data root", s.dataRoot); err != nil {
 		return err
 	}
-	fi, err := os.Stat(s.dataRoot)
-	if err != nil {
-		return usagef("data root %s: %v", s.dataRoot, errors.Unwrap(err))
-	}
-	if !fi.IsDir() {
-		return usagef("data root %s is not a directory", s.dataRoot)
-	}
-	if err := unix.Access(s.dataRoot, unix.W_OK|unix.X_OK); err != nil {
-		return usagef("data root %s is not writable: %v", s.dataRoot, err)
-	}
-	return nil
+	return s.boundedCheck("check of "+s.dataRoot, func() error {
+		fi, err := os.Stat(s.dataRoot)
+		if err != nil {
+			return usagef("data root %s: %v", s.dataRoot, errors.Unwrap(err))
+		}
+		if !fi.IsDir() {
+			return usagef("data root %s is not a directory", s.dataRoot)
+		}
+		if err := unix.Access(s.dataRoot, unix.W_OK|unix.X_OK); err != nil {
+			return usagef("data root %s is not writable: %v", s.dataRoot, err)
+		}
+		return nil
+	})
 }
 
 // checkPathText refuses control characters (newlines included) and invalid

@@ -45,7 +45,16 @@ func cmdRelease(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if s.dataRoot != "" {
 		// The newest complete data directory must not be above the version
 		// released: its successor would start from older data, or refuse.
-		newest, found, err := datadir.Newest(s.dataRoot, node, datadir.Cluster{Bucket: s.bucket, Prefix: s.prefix})
+		var newest nodeid.Version
+		var found bool
+		err := s.boundedCheck(fmt.Sprintf("scan of node-%d", node), func() (err error) {
+			newest, found, err = datadir.Newest(s.dataRoot, node, datadir.Cluster{Bucket: s.bucket, Prefix: s.prefix})
+			return err
+		})
+		var ce *codeError
+		if errors.As(err, &ce) {
+			return err
+		}
 		if err != nil {
 			return usagef("data root %s: %v", s.dataRoot, err)
 		}
