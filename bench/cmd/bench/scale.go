@@ -38,7 +38,16 @@ type scaleRep struct {
 	PerNodeL map[string]float64 // requests per node per L by kind
 	Settle   time.Duration      // from the start until every table was complete
 	TableOK  bool               // every table complete and right at the end
+	// ReadPeers is what one ReadPeers of a task about to start its child
+	// (nodeid-init run) sent to the steady cluster, by kind (memory only);
+	// ReadPeersOK that its table showed every node held at its address.
+	ReadPeers   map[string]int
+	ReadPeersOK bool
 }
+
+// peerReader returns a repository that counts one reader's requests, and
+// its counts.
+type peerReader func() (nodeid.Repository, func() map[string]int)
 
 // legacyRepo hides the tenure methods: the provider falls back to reading
 // every peer at each refresh, as before issue 25.
@@ -50,10 +59,18 @@ func scale(ctx context.Context, n int, lease time.Duration, legacy bool, store s
 	var (
 		repo   nodeid.Repository
 		counts func() map[string]int
+		reader peerReader
 	)
 	if store == "memory" {
 		b := newMemBucket()
 		repo, counts = b, b.snapshot
+		reader = func() (nodeid.Repository, func() map[string]int) {
+			c := &countedBucket{memBucket: b, n: map[string]int{}}
+			if legacy {
+				return legacyRepo{c}, c.snapshot
+			}
+			return c, c.snapshot
+		}
 	} else {
 		r, st, stop, err := fakeS3Repo(ctx)
 		if err != nil {
@@ -66,7 +83,7 @@ func scale(ctx context.Context, n int, lease time.Duration, legacy bool, store s
 	if legacy {
 		repo = legacyRepo{repo}
 	}
-	return scaleOn(ctx, repo, counts, n, lease, legacy, store)
+	return scaleOn(ctx, repo, counts, reader, n, lease, legacy, store)
 }
 
 // fakeS3Repo starts gofakes3 in this process and returns a repository on
@@ -100,7 +117,7 @@ func fakeS3Repo(ctx context.Context) (*nodeid.S3Repository, *opStats, func(), er
 	return repo, st, hs.Close, nil
 }
 
-func scaleOn(ctx context.Context, repo nodeid.Repository, counts func() map[string]int, n int, lease time.Duration, legacy bool, store string) (scaleRep, error) {
+func scaleOn(ctx context.Context, repo nodeid.Repository, counts func() map[string]int, reader peerReader, n int, lease time.Duration, legacy bool, store string) (scaleRep, error) {
 	if err := nodeid.Initialize(ctx, repo, n, "bench", lease); err != nil {
 		return scaleRep{}, err
 	}
@@ -205,6 +222,20 @@ func scaleOn(ctx context.Context, repo nodeid.Repository, counts func() map[stri
 		rep.PerNodeL[k] = float64(v-before[k]) / float64(n) / perL
 	}
 	rep.TableOK = complete()
+	if reader != nil {
+		// A task starting in the steady cluster reads the peers once before
+		// its child starts (nodeid-init run): a start storm does it N times.
+		r, counted := reader()
+		peers, err := nodeid.ReadPeers(ctx, r, n, lease)
+		if err != nil {
+			return scaleRep{}, fmt.Errorf("ReadPeers: %w", err)
+		}
+		rep.ReadPeers = counted()
+		rep.ReadPeersOK = len(peers) == n
+		for _, peer := range peers {
+			rep.ReadPeersOK = rep.ReadPeersOK && peer.State == nodeid.PeerHeld && peer.Address == addrs[peer.ID]
+		}
+	}
 	select {
 	case err := <-errs:
 		return scaleRep{}, err
@@ -308,4 +339,26 @@ func (r *report) scaleSection(b *strings.Builder) {
 		}
 	}
 	w("\nPrices: PUT and LIST $0.005 per 1,000, GET $0.0004 per 1,000 (us-east-1), %d hours a month.\n\n", hoursMonth)
+	w("A task starting in that steady cluster reads the peer table once before its child starts (`nodeid-init run`,\n")
+	w("`nodeid-init peers`: `nodeid.ReadPeers`); a start storm of N tasks does it N times. Its requests (memory, a\n")
+	w("LIST per page, GET including the cluster marker's):\n\n")
+	w("| N | ReadPeers | LIST | GET | all | table right |\n| --- | --- | --- | --- | --- | --- |\n")
+	for _, s := range r.scale {
+		if s.ReadPeers == nil {
+			continue
+		}
+		name := "listings + tenure objects"
+		if s.Legacy {
+			name = "before (a GET per lease)"
+		}
+		all := 0
+		for _, v := range s.ReadPeers {
+			all += v
+		}
+		w("| %d | %s | %d | %d | %d | %v |\n", s.N, name, s.ReadPeers["LIST"], s.ReadPeers["GET"], all, s.ReadPeersOK)
+		if !s.Legacy && s.N >= 10 {
+			r.verdict(s.ReadPeers["GET"] <= 1 && s.ReadPeersOK, "ReadPeers of a steady cluster of %d reads no lease (%d GETs, the marker's included)", s.N, s.ReadPeers["GET"])
+		}
+	}
+	w("\n")
 }
