@@ -252,3 +252,49 @@ func TestReadPeersOfRunningHoldersReadsNoLease(t *testing.T) {
 		}
 	}
 }
+
+// A holder's refresh reads a peer whose listed size tag is no longer its
+// tenure object's (a take whose tenure object is not written yet) at the
+// next refresh, not when the verification GET comes round to it, N
+// refreshes later at worst.
+func TestRefreshReadsATakeWithoutTenureObjectAtOnce(t *testing.T) {
+	srv := s3test.NewFake(t)
+	ctx := context.Background()
+	const n = 21
+	repo := newRepo(t, srv, "")
+	if err := nodeid.Initialize(ctx, repo, n, "init", 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for id := 1; id < n; id++ {
+		l := heldBy(fmt.Sprintf("task-%d", id), id, 1, fmt.Sprintf("10.0.3.%d:26502", id))
+		body, meta := l.Encode()
+		putRaw(t, srv, nodeid.LeaseKey(testPrefix, id), string(body), meta)
+		if err := repo.CreateTenure(ctx, nodeid.TenureObject{ID: id, Version: 1, LeaseDuration: l.Duration, Address: l.Address, TaskID: l.TaskID}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ops := &opCounts{}
+	cfg := fastConfig(t, "task-0", n, nil)
+	cfg.MappingsRefreshInterval = 200 * time.Millisecond
+	p := newProvider(t, newS3Repo(t, srv, "", testPrefix, 2*time.Second, countingOps(ops)), cfg)
+	if inst := acquire(t, p, 20*time.Second); inst.ID != 0 {
+		t.Fatalf("took %d, want 0, the only free ID", inst.ID)
+	}
+	waitFor(t, 10*time.Second, "a table of every peer", func() bool {
+		peers := p.Peers()
+		return len(peers) == n && peers[n-1].TaskID == "task-20" // held, or expired: nobody renews them
+	})
+	// The last peer is taken by another task at version 2; its tenure
+	// object is not written (yet).
+	taken := heldBy("task-20b", n-1, 2, "10.0.3.99:26502")
+	body, meta := taken.Encode()
+	putRaw(t, srv, nodeid.LeaseKey(testPrefix, n-1), string(body), meta)
+	from := ops.get("list")
+	waitFor(t, 10*time.Second, "the new holder in the table", func() bool {
+		peers := p.Peers()
+		return len(peers) == n && peers[n-1].TaskID == "task-20b" && peers[n-1].Version == 2
+	})
+	if refreshes := ops.get("list") - from; refreshes > 3 {
+		t.Errorf("the new holder showed after %d refreshes, want at most 3 (the verification GET of %d peers comes round in up to %d)", refreshes, n-1, n-1)
+	}
+}
