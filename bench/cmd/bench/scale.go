@@ -43,6 +43,9 @@ type scaleRep struct {
 	// ReadPeersOK that its table showed every node held at its address.
 	ReadPeers   map[string]int
 	ReadPeersOK bool
+	// StormReads is what the N ReadPeers of the start storm sent in all,
+	// each made by its task right after its Acquire (memory only).
+	StormReads map[string]int
 }
 
 // peerReader returns a repository that counts one reader's requests, and
@@ -125,6 +128,7 @@ func scaleOn(ctx context.Context, repo nodeid.Repository, counts func() map[stri
 	started := time.Now()
 	ps := make([]*nodeid.Provider, n)
 	addrs := map[int]string{}
+	stormReads := map[string]int{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
@@ -150,6 +154,20 @@ func scaleOn(ctx context.Context, repo nodeid.Repository, counts func() map[stri
 			}
 			mu.Lock()
 			addrs[inst.ID] = fmt.Sprintf("10.%d.%d.%d:26502", i/65536, i/256%256, i%256)
+			mu.Unlock()
+			if reader == nil {
+				return
+			}
+			// As nodeid-init run does before it starts its child.
+			r, counted := reader()
+			if _, err := nodeid.ReadPeers(actx, r, n, lease); err != nil {
+				errs <- fmt.Errorf("task-%d: ReadPeers: %w", i, err)
+				return
+			}
+			mu.Lock()
+			for k, v := range counted() {
+				stormReads[k] += v
+			}
 			mu.Unlock()
 		}()
 	}
@@ -217,6 +235,9 @@ func scaleOn(ctx context.Context, repo nodeid.Repository, counts func() map[stri
 	}
 	after := counts()
 	rep := scaleRep{N: n, Store: store, Legacy: legacy, L: lease, Interval: interval, Window: window, Settle: settle, PerNodeL: map[string]float64{}}
+	if reader != nil {
+		rep.StormReads = stormReads
+	}
 	perL := float64(window) / float64(lease)
 	for k, v := range after {
 		rep.PerNodeL[k] = float64(v-before[k]) / float64(n) / perL
@@ -339,10 +360,12 @@ func (r *report) scaleSection(b *strings.Builder) {
 		}
 	}
 	w("\nPrices: PUT and LIST $0.005 per 1,000, GET $0.0004 per 1,000 (us-east-1), %d hours a month.\n\n", hoursMonth)
-	w("A task starting in that steady cluster reads the peer table once before its child starts (`nodeid-init run`,\n")
-	w("`nodeid-init peers`: `nodeid.ReadPeers`); a start storm of N tasks does it N times. Its requests (memory, a\n")
-	w("LIST per page, GET including the cluster marker's):\n\n")
-	w("| N | ReadPeers | LIST | GET | all | table right |\n| --- | --- | --- | --- | --- | --- |\n")
+	w("A task reads the peer table once before its child starts (`nodeid-init run`, and `nodeid-init peers`:\n")
+	w("`nodeid.ReadPeers`). *One, steady*: one task's ReadPeers of the steady cluster above (a replacement, a rolling\n")
+	w("deploy). *Storm*: the N ReadPeers of the start storm of the run above (N tasks acquiring at once on a\n")
+	w("bootstrapped cluster, each reading right after its Acquire), in all. Memory, a LIST per page, GET including\n")
+	w("the cluster marker's:\n\n")
+	w("| N | ReadPeers | one, steady: LIST | GET | all | table right | storm: LIST | GET | GET per task |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, s := range r.scale {
 		if s.ReadPeers == nil {
 			continue
@@ -355,7 +378,8 @@ func (r *report) scaleSection(b *strings.Builder) {
 		for _, v := range s.ReadPeers {
 			all += v
 		}
-		w("| %d | %s | %d | %d | %d | %v |\n", s.N, name, s.ReadPeers["LIST"], s.ReadPeers["GET"], all, s.ReadPeersOK)
+		w("| %d | %s | %d | %d | %d | %v | %d | %d | %.1f |\n", s.N, name, s.ReadPeers["LIST"], s.ReadPeers["GET"], all, s.ReadPeersOK,
+			s.StormReads["LIST"], s.StormReads["GET"], float64(s.StormReads["GET"])/float64(s.N))
 		if !s.Legacy && s.N >= 10 {
 			r.verdict(s.ReadPeers["GET"] <= 1 && s.ReadPeersOK, "ReadPeers of a steady cluster of %d reads no lease (%d GETs, the marker's included)", s.N, s.ReadPeers["GET"])
 		}
