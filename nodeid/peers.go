@@ -173,10 +173,11 @@ func peerOf(rec Record, own, cluster time.Duration) Peer {
 // On a TenureRepository it costs one listing (leases and tenure objects), the
 // marker's GET and a GET only of each slot that its newest tenure object does
 // not explain (listingExplains: released, Camunda's, without a tenure object,
-// taken or marked since, corrupt), so a start storm of N tasks does not read
-// N² leases; the table is the one reading every lease would give. On any
-// other Repository, or when the tenure objects cannot be listed, it reads
-// every listed lease.
+// taken or marked since, corrupt), so a cluster of holders costs it no lease
+// GET (reading every lease made a start storm of N tasks N² GETs); the table
+// is the one reading every lease would give, as of the listing. On any other
+// Repository, or when the tenure objects cannot be listed, it reads every
+// listed lease.
 func ReadPeers(ctx context.Context, repo Repository, size int, lease time.Duration) ([]Peer, error) {
 	listing, err := repo.List(ctx)
 	if err != nil {
@@ -255,10 +256,10 @@ func newestOf(tenures []TenureObject) map[int]TenureObject {
 // holder is ready) while the lease is held, so after a takeover a peer's new
 // address shows within 1.2 intervals of it landing; before the first read,
 // about one interval after acquiring, it is empty (ReadPeers gives the
-// table at once, at the cost of a listing and a GET of each slot the
-// tenure objects do not explain). The first read is
-// not made at once on purpose: in a start storm every task reading every
-// lease would multiply the requests.
+// table at once, at the cost of a listing and a GET of each slot the tenure
+// objects do not explain). The first read is not made at once on purpose:
+// in a start storm every task reading the leases not yet taken would
+// multiply the requests.
 func (p *Provider) Peers() []Peer {
 	p.peersMu.Lock()
 	defer p.peersMu.Unlock()
