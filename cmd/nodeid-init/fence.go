@@ -47,13 +47,24 @@ func (f *fence) kill(*nodeid.LostError) {
 // has passed. It neither reaps (run does, in its stop sequence) nor logs.
 func awaitTreeDead(pgid int, timeout time.Duration) {
 	deadline := time.Now().Add(timeout)
+	quiet := 0
 	for pause := time.Millisecond; ; pause = min(2*pause, 20*time.Millisecond) {
 		procs, err := readProcs()
 		if err != nil {
 			return // the stop sequence reports it
 		}
 		left := leftovers(procs, os.Getpid(), pgid)
-		if len(left) == 0 || time.Now().After(deadline) {
+		if len(left) == 0 {
+			// Look twice, as killLeftovers does: one pass over /proc is
+			// not atomic, and a process whose parent died mid-scan may
+			// have been missed (the exit on a hang follows this wait).
+			if quiet++; quiet == 2 {
+				return
+			}
+			continue
+		}
+		quiet = 0
+		if time.Now().After(deadline) {
 			return
 		}
 		for _, p := range left {

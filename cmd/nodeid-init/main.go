@@ -80,6 +80,14 @@ func main() {
 	// error line comes after every command's own signal handling ended.
 	// Notified, not ignored: an ignored disposition would pass to CMD.
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+	// Job control never stops nodeid-init: CMD runs in a group of its own,
+	// so a Ctrl-Z or a background write to a terminal would stop the
+	// renewals and the watchdog while CMD writes on (review r26g).
+	// SIGTSTP and SIGTTIN are notified (CMD gets the default back at
+	// exec). SIGTTOU must be ignored: a caught one makes the kernel restart
+	// the terminal write for ever; CMD inherits it ignored (docs/cli.md).
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGTSTP, syscall.SIGTTIN)
+	signal.Ignore(syscall.SIGTTOU)
 	code := realMain(context.Background(), os.Args[1:], os.Stdout, os.Stderr)
 	awaitHangExit() // a hang's exit code is 7, whatever returned first
 	os.Exit(code)
