@@ -1,6 +1,7 @@
 package main_test
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nodeid/nodeid/internal/s3test"
+	"github.com/nodeid/nodeid/nodeid"
 )
 
 // chainC is a daemon the command leaves behind: it forks, leaves CMD's
@@ -18,7 +20,7 @@ import (
 // each of which forks its successor and exits, so that at any moment one
 // process of it is alive, under a pid that /proc did not list a moment
 // before. Between from and until seconds after its start each generation
-// forks at once (the window in which the supervisor stops the command);
+// (or while the file argv[5] exists) forks at once (the window in which the supervisor stops the command);
 // outside it, every 20 ms (so it does not burn pids), appending to its log
 // each time. Four such chains run side by side (a scan that catches one
 // must catch each). It writes its process group (= its session) to pgidfile so the
@@ -30,7 +32,7 @@ const chainC = `#include <stdio.h>
 #include <fcntl.h>
 static double now(void){struct timespec t;clock_gettime(CLOCK_MONOTONIC,&t);return t.tv_sec+t.tv_nsec/1e9;}
 int main(int argc,char**argv){
-  /* argv: log pgidfile fast_from fast_until */
+  /* argv: log pgidfile fast_from fast_until [fast_while_this_file_exists] */
   double t0=now(), from=atof(argv[3]), until=atof(argv[4]);
   if(fork()) _exit(0);
   setsid();
@@ -40,12 +42,13 @@ int main(int argc,char**argv){
   long n=0;
   for(;;){
     double t=now()-t0;
-    if(t<from||t>until) usleep(20000);
+    int fast = argc>5 ? access(argv[5],F_OK)==0 : (t>=from && t<=until);
+    if(!fast) usleep(20000);
     pid_t c=fork();
     if(c>0) _exit(0);
     if(c<0) { usleep(1000); continue; }
     n++;
-    if(t<from||t>until||n%200==0){int fd=open(argv[1],O_WRONLY|O_APPEND|O_CREAT,0644); if(fd>=0){dprintf(fd,"gen %ld t=%.3f\n",n,t); close(fd);}}
+    if(!fast||n%200==0){int fd=open(argv[1],O_WRONLY|O_APPEND|O_CREAT,0644); if(fd>=0){dprintf(fd,"gen %ld t=%.3f\n",n,t); close(fd);}}
   }
 }
 `
@@ -156,4 +159,58 @@ func lineWith(out, s string) string {
 		}
 	}
 	return ""
+}
+
+// Review r26h (invariant 4; outside docs' limits: nodeid-init is not
+// SIGKILLed, it runs its whole stop sequence): the same fork-and-exit chain
+// evades the fence. On a loss, fence.kill SIGKILLs the group and what one
+// /proc scan lists (killTree), and awaitTreeDead / killLeftovers look until
+// two scans in a row find nothing alive: each look sees a chain's pid gone
+// or a zombie. nodeid-init logs "command killed: lease lost", exits 3, and
+// the chain appends to node-0/v1 under the other holder's lease.
+//
+// Schedule (L = 2 s, R = 500 ms): holder = run -- sh: reports, starts the
+// chain (slow, one fork per 20 ms), sleeps; the test makes the chain fast
+// (a trigger file), then overwrites node 0's lease object with another
+// task's (taskId abc, an hour long); the next renewal gets 412: OnFence,
+// stop sequence, exit 3; the chain (slow again) still appends to v1.
+// Expected: nothing of the command alive once the loss is handled.
+func TestReviewR26hForkChainDaemonSurvivesTheFenceOnALoss(t *testing.T) {
+	chain := buildChain(t)
+	for round := 1; round <= 6; round++ {
+		if forkChainLossRound(t, chain, round) {
+			return
+		}
+	}
+}
+
+func forkChainLossRound(t *testing.T, chain string, round int) bool {
+	c := newCluster(t, s3test.NewFake(t), 1)
+	pgFile, fast := filepath.Join(c.dir, "chain.pgid"), filepath.Join(c.dir, "fast")
+	defer killChain(t, pgFile)
+	defer os.Remove(fast)
+	script := `echo "$NODE_ID $NODE_VERSION $NODE_PREVIOUS_GRACEFUL" > "$REPORT"
+"$CHAIN" "$NODE_DATA_DIR/chain.log" "$CHAIN_PGID" 0 0 "$FAST" </dev/null >/dev/null 2>&1
+exec sleep 300`
+	holder := c.start("holder", []string{"CHAIN_PGID=" + pgFile, "CHAIN=" + chain, "FAST=" + fast}, "run", "--", "sh", "-c", script)
+	id, v, _ := holder.identity(t, 20*time.Second)
+	v1log := filepath.Join(c.root, "node-0", "v1", "chain.log")
+	waitFor(t, 5*time.Second, "the chain to write "+v1log, func() bool { return grows(v1log, 200*time.Millisecond) })
+	if err := os.WriteFile(fast, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	body := fmt.Sprintf(`{"taskId":"abc","timestamp":%d,"nodeInstance":{"id":%d,"version":%d},"knownVersionMappings":{"mappingsByNodeId":{}}}`,
+		time.Now().Add(time.Hour).UnixMilli(), id, v)
+	putObject(t, c.srv, "e2e/"+nodeid.LeaseKey("", id), body, map[string]string{"taskid": "abc", "version": fmt.Sprint(v), "acquirable": "true"})
+	code := holder.wait(t, 15*time.Second)
+	_ = os.Remove(fast)
+	out := holder.out.String()
+	t.Logf("round %d: holder exited %d; %s", round, code, lineWith(out, "processes of the command"))
+	if !grows(v1log, 300*time.Millisecond) {
+		return false // the fence caught every chain
+	}
+	t.Errorf("node 0 is another task's (taskId abc) and nodeid-init exited %d (%q), yet the command's fork-and-exit daemon still appends to %s",
+		code, lineWith(out, "command killed"), v1log)
+	return true
 }
