@@ -22,8 +22,9 @@ import (
 // before. Between from and until seconds after its start each generation
 // (or while the file argv[5] exists) forks at once (the window in which the supervisor stops the command);
 // outside it, every 20 ms (so it does not burn pids), appending to its log
-// each time. Four such chains run side by side (a scan that catches one
-// must catch each). It writes its process group (= its session) to pgidfile so the
+// each time. argv[6] chains run side by side (1 here: on 2 cores more
+// chains leave each generation waiting for a CPU, where a scan finds it).
+// It writes its process group (= its session) to pgidfile so the
 // test can end it with one kill(-pgid), which fork cannot race.
 const chainC = `#include <stdio.h>
 #include <stdlib.h>
@@ -32,13 +33,12 @@ const chainC = `#include <stdio.h>
 #include <fcntl.h>
 static double now(void){struct timespec t;clock_gettime(CLOCK_MONOTONIC,&t);return t.tv_sec+t.tv_nsec/1e9;}
 int main(int argc,char**argv){
-  /* argv: log pgidfile fast_from fast_until [fast_while_this_file_exists] */
+  /* argv: log pgidfile fast_from fast_until [fast_while_this_file_exists chains] */
   double t0=now(), from=atof(argv[3]), until=atof(argv[4]);
   if(fork()) _exit(0);
   setsid();
   FILE*p=fopen(argv[2],"w"); fprintf(p,"%d\n",getpgrp()); fclose(p);
-  /* four chains: the scan must catch each of them */
-  fork(); fork();
+  for(int i=1;i<atoi(argv[6]);i++) if(fork()==0) break;
   long n=0;
   for(;;){
     double t=now()-t0;
@@ -96,16 +96,18 @@ func killChain(t *testing.T, file string) {
 // writes land in its files.
 //
 // Schedule (L = 2 s, R = 500 ms): holder = run -- sh: reports, starts the
-// chain (setsid), sleeps 1 s, exits 0; stopRest → killLeftovers finds nothing
+// chain (setsid, slow), sleeps 1 s, turns the chain fast, exits 0; stopRest →
+// killLeftovers finds nothing
 // (twice) → "lease released", exit 0; the chain still appends to
 // node-0/v1/chain.log; a successor takes node 0 at v2 (previous_graceful)
 // and its v2/chain.log (same inode) still grows.
 // Expected: no release while a process the command started is alive (kill
 // it, or leave the lease to expire and say so).
 func TestReviewR26hForkChainDaemonSurvivesTheStopAndTheLeaseIsReleased(t *testing.T) {
-	// The scan catches the chain when the scheduler leaves one generation
-	// waiting for a CPU long enough (about half the runs on 2 busy cores):
-	// up to 6 rounds, each a fresh cluster; one evasion is the break.
+	// The scan catches the chain when the scheduler leaves a generation
+	// waiting for a CPU long enough (a round in two or three on 2 busy
+	// cores): up to 6 rounds, each a fresh cluster; one evasion is the
+	// break.
 	chain := buildChain(t)
 	for round := 1; round <= 6; round++ {
 		if forkChainRound(t, chain, round) {
@@ -118,19 +120,25 @@ func TestReviewR26hForkChainDaemonSurvivesTheStopAndTheLeaseIsReleased(t *testin
 // found the break (then t has failed).
 func forkChainRound(t *testing.T, chain string, round int) bool {
 	c := newCluster(t, s3test.NewFake(t), 1)
-	pgFile := filepath.Join(c.dir, "chain.pgid")
+	pgFile, fast := filepath.Join(c.dir, "chain.pgid"), filepath.Join(c.dir, "fast")
 	defer killChain(t, pgFile)
+	defer os.Remove(fast)
+	// CMD turns the chain fast just before it exits; the test turns it
+	// slow again once nodeid-init has exited.
 	script := `echo "$NODE_ID $NODE_VERSION $NODE_PREVIOUS_GRACEFUL" > "$REPORT"
-"$CHAIN" "$NODE_DATA_DIR/chain.log" "$CHAIN_PGID" 0.85 1.3 </dev/null >/dev/null 2>&1
+"$CHAIN" "$NODE_DATA_DIR/chain.log" "$CHAIN_PGID" 0 0 "$FAST" 1 </dev/null >/dev/null 2>&1
 sleep 1
+: > "$FAST"
+sleep 0.1
 exit 0`
-	holder := c.start("holder", []string{"CHAIN_PGID=" + pgFile, "CHAIN=" + chain}, "run", "--", "sh", "-c", script)
+	holder := c.start("holder", []string{"CHAIN_PGID=" + pgFile, "CHAIN=" + chain, "FAST=" + fast}, "run", "--", "sh", "-c", script)
 	if _, v, _ := holder.identity(t, 20*time.Second); v != 1 {
 		t.Fatalf("holder got v%d, want v1", v)
 	}
 	v1log := filepath.Join(c.root, "node-0", "v1", "chain.log")
 	waitFor(t, 5*time.Second, "the chain to write "+v1log, func() bool { return grows(v1log, 200*time.Millisecond) })
 	code := holder.wait(t, 20*time.Second)
+	_ = os.Remove(fast)
 	out := holder.out.String()
 	t.Logf("round %d: holder exited %d; %s", round, code, lineWith(out, "processes of the command"))
 	alive := grows(v1log, 300*time.Millisecond)
@@ -190,7 +198,7 @@ func forkChainLossRound(t *testing.T, chain string, round int) bool {
 	defer killChain(t, pgFile)
 	defer os.Remove(fast)
 	script := `echo "$NODE_ID $NODE_VERSION $NODE_PREVIOUS_GRACEFUL" > "$REPORT"
-"$CHAIN" "$NODE_DATA_DIR/chain.log" "$CHAIN_PGID" 0 0 "$FAST" </dev/null >/dev/null 2>&1
+"$CHAIN" "$NODE_DATA_DIR/chain.log" "$CHAIN_PGID" 0 0 "$FAST" 1 </dev/null >/dev/null 2>&1
 exec sleep 300`
 	holder := c.start("holder", []string{"CHAIN_PGID=" + pgFile, "CHAIN=" + chain, "FAST=" + fast}, "run", "--", "sh", "-c", script)
 	id, v, _ := holder.identity(t, 20*time.Second)
