@@ -104,12 +104,12 @@ func killChain(t *testing.T, file string) {
 // Expected: no release while a process the command started is alive (kill
 // it, or leave the lease to expire and say so).
 func TestReviewR26hForkChainDaemonSurvivesTheStopAndTheLeaseIsReleased(t *testing.T) {
-	// The scan catches the chain when the scheduler leaves a generation
-	// waiting for a CPU long enough (a round in two or three on 2 busy
-	// cores): up to 6 rounds, each a fresh cluster; one evasion is the
-	// break.
+	// Whether a scan catches the chain depends on the load: on 2 cores
+	// shared by other test runs (load 5-6) the first round failed in 5 runs
+	// of 6; on a quieter machine about 1 round in 20 did. Up to 12 rounds,
+	// each a fresh cluster; one evasion is the break.
 	chain := buildChain(t)
-	for round := 1; round <= 6; round++ {
+	for round := 1; round <= 12; round++ {
 		if forkChainRound(t, chain, round) {
 			return
 		}
@@ -185,7 +185,7 @@ func lineWith(out, s string) string {
 // Expected: nothing of the command alive once the loss is handled.
 func TestReviewR26hForkChainDaemonSurvivesTheFenceOnALoss(t *testing.T) {
 	chain := buildChain(t)
-	for round := 1; round <= 6; round++ {
+	for round := 1; round <= 12; round++ {
 		if forkChainLossRound(t, chain, round) {
 			return
 		}
