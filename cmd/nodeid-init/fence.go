@@ -3,7 +3,6 @@ package main
 import (
 	"os"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/nodeid/nodeid/nodeid"
@@ -54,6 +53,7 @@ func awaitTreeDead(pgid int, timeout time.Duration) {
 			return // the stop sequence reports it
 		}
 		left := leftovers(procs, os.Getpid(), pgid)
+		killProcs(procs, left) // also when none is alive: a zombie names its group
 		if len(left) == 0 {
 			// Look twice, as killLeftovers does: one pass over /proc is
 			// not atomic, and a process whose parent died mid-scan may
@@ -66,9 +66,6 @@ func awaitTreeDead(pgid int, timeout time.Duration) {
 		quiet = 0
 		if time.Now().After(deadline) {
 			return
-		}
-		for _, p := range left {
-			_ = syscall.Kill(p.pid, syscall.SIGKILL)
 		}
 		time.Sleep(pause)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -164,6 +165,56 @@ func leftovers(procs []proc, self, pgid int) []proc {
 	return out
 }
 
+// descendantGroups are the process groups of every descendant of self,
+// zombies included (a zombie's stat still names its group), but self's
+// own: a daemon that runs as a chain of processes, each forking the next
+// and exiting, is never listed alive by a scan, but all of it keeps the
+// group it made with its one setsid, and kill(-group) reaches every member
+// at once (review r26h).
+func descendantGroups(procs []proc, self int) []int {
+	own := syscall.Getpgrp()
+	children := map[int][]proc{}
+	for _, p := range procs {
+		children[p.ppid] = append(children[p.ppid], p)
+	}
+	var groups []int
+	seen, queue := map[int]bool{self: true}, []int{self}
+	for len(queue) > 0 {
+		pid := queue[0]
+		queue = queue[1:]
+		for _, c := range children[pid] {
+			if seen[c.pid] {
+				continue
+			}
+			seen[c.pid] = true
+			queue = append(queue, c.pid)
+			if c.pgid > 1 && c.pgid != own && !slices.Contains(groups, c.pgid) {
+				groups = append(groups, c.pgid)
+			}
+		}
+	}
+	return groups
+}
+
+// killProcs SIGKILLs what a scan found of the command: the processes
+// left alive, and the process groups of every descendant. As PID 1 of a
+// PID namespace it first SIGKILLs every other process there (kill(-1)):
+// one system call the kernel applies to the whole namespace, which no
+// fork can race; otherwise a tree that forks faster than /proc can be read
+// and starts a new session at each generation can escape the scan
+// (docs/cli.md, the stop sequence).
+func killProcs(procs, left []proc) {
+	if os.Getpid() == 1 {
+		_ = syscall.Kill(-1, syscall.SIGKILL)
+	}
+	for _, g := range descendantGroups(procs, os.Getpid()) {
+		_ = syscall.Kill(-g, syscall.SIGKILL)
+	}
+	for _, p := range left {
+		_ = syscall.Kill(p.pid, syscall.SIGKILL)
+	}
+}
+
 // reapZombies reaps every zombie child of this process except keep (the
 // command, which exec.Cmd.Wait reaps), and reports whether keep was seen
 // dead (it may hide others until Wait has reaped it).
@@ -249,13 +300,14 @@ func signalCommand(pid int, sig syscall.Signal) {
 // descendant of this process, the leader included wherever its group.
 func killTree(pgid int) {
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	if os.Getpid() == 1 {
+		_ = syscall.Kill(-1, syscall.SIGKILL)
+	}
 	procs, err := readProcs()
 	if err != nil {
 		return // killLeftovers reports it
 	}
-	for _, p := range leftovers(procs, os.Getpid(), pgid) {
-		_ = syscall.Kill(p.pid, syscall.SIGKILL)
-	}
+	killProcs(procs, leftovers(procs, os.Getpid(), pgid))
 }
 
 // killLeftovers SIGKILLs the command's process group (pgid is the command's
@@ -279,9 +331,7 @@ func killLeftovers(pgid int, timeout time.Duration) (int, error) {
 			found = len(left)
 		}
 		_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		for _, p := range left {
-			_ = syscall.Kill(p.pid, syscall.SIGKILL)
-		}
+		killProcs(procs, left)
 		reapZombies(pgid)
 		if len(left) == 0 {
 			// Look twice: one pass over /proc is not atomic, and a process
