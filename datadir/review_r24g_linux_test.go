@@ -1,0 +1,148 @@
+package datadir
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/nodeid/nodeid/internal/efsfs"
+)
+
+// onUnlinkFS is a loopback that runs hook (once per name) just before it
+// unlinks a file of that name: a tenant acting at the very moment our
+// removal unlinks one of its listed files.
+type onUnlinkFS struct {
+	fuse.RawFileSystem
+	mu   sync.Mutex
+	hook map[string]func()
+}
+
+func (f *onUnlinkFS) Unlink(c <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
+	f.mu.Lock()
+	hook := f.hook[name]
+	delete(f.hook, name)
+	f.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
+	return f.RawFileSystem.Unlink(c, h, name)
+}
+
+// mountOnUnlink mounts an onUnlinkFS over a new directory for the test.
+func mountOnUnlink(t *testing.T) (string, *onUnlinkFS) {
+	t.Helper()
+	if err := efsfs.Available(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("cannot mount FUSE under CI=true: %v", err)
+		}
+		t.Skipf("SKIPPED, no FUSE here: %v", err)
+	}
+	base := t.TempDir()
+	backing, mnt := filepath.Join(base, "backing"), filepath.Join(base, "mnt")
+	for _, d := range []string{backing, mnt} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	root, err := fs.NewLoopbackRoot(backing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := &onUnlinkFS{RawFileSystem: fs.NewNodeFS(root, &fs.Options{}), hook: map[string]func(){}}
+	srv, err := fuse.NewServer(raw, mnt, &fuse.MountOptions{
+		DirectMount: true, DirectMountStrict: true, AllowOther: true,
+		Options: []string{"default_permissions"}, FsName: "onunlink", Name: "onunlink",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve()
+	if err := srv.WaitMount(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Unmount() })
+	return mnt, raw
+}
+
+// Review r24g (invariant 5: no delete outside the data root; and wider than
+// docs/datadir.md, "What a tenant who renames our directories can cause",
+// which says that after a move "what is removed ... is at most the entries
+// of the directory being emptied ... that are not directories"):
+// removeAllAtGuarded checks the removal chain (and the garbage name) before
+// it OPENS a directory, but not before it RMDIRs that directory from its
+// parent once it emptied it. A tenant that moves the garbage directory out
+// of the data root while a subdirectory of it is being emptied, and puts an
+// empty directory of its own (or of anyone outside) under that
+// subdirectory's name, has that directory outside the data root removed by
+// our GC.
+//
+// Schedule: v1 (valid, holding a/trigger) and v2 valid; Collect at v2 with
+// Keep 1 renames v1 to its garbage name G and empties it. removeAll("a")
+// checks the chain, opens a, lists [trigger]. Just as trigger is unlinked
+// (FUSE hook) the tenant renames G to <outside>/moved, moved/a to
+// moved/a.ours, and someone outside makes moved/a, an empty directory of
+// theirs. Our walk then rmdirs "a" through G's descriptor: the outside
+// directory moved/a. Wanted: <outside>/moved/a still there.
+func TestReviewR24gGarbageSubdirRmdirAfterMoveDeletesOutsideDirectory(t *testing.T) {
+	mnt, raw := mountOnUnlink(t)
+	root, outside := filepath.Join(mnt, "root"), filepath.Join(mnt, "outside")
+	for _, d := range []string{root, outside} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	makeVersion(t, root, 0, 1, map[string]string{"a/trigger": "1"}, 1)
+	makeVersion(t, root, 0, 2, map[string]string{"a/trigger": "2"}, 2)
+	nodeDir := filepath.Dir(Dir(root, inst(0, 1)))
+	moved := filepath.Join(outside, "moved")
+	theirs := filepath.Join(moved, "a")
+	var hooked bool
+	raw.mu.Lock()
+	raw.hook["trigger"] = func() {
+		ents, err := os.ReadDir(nodeDir)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		var g string
+		for _, e := range ents {
+			if _, ok := parseGarbageName(e.Name()); ok {
+				g = e.Name()
+			}
+		}
+		if g == "" {
+			t.Error("setup: no garbage directory when trigger is unlinked")
+			return
+		}
+		if err := os.Rename(filepath.Join(nodeDir, g), moved); err != nil {
+			t.Error(err)
+			return
+		}
+		if err := os.Rename(theirs, filepath.Join(moved, "a.ours")); err != nil {
+			t.Error(err)
+			return
+		}
+		if err := os.Mkdir(theirs, 0o700); err != nil {
+			t.Error(err)
+			return
+		}
+		hooked = true
+	}
+	raw.mu.Unlock()
+	_, err := Collect(context.Background(), root, inst(0, 2), Options{Keep: 1, Logger: quiet, Workers: 1})
+	t.Logf("Collect: %v", err)
+	if !hooked {
+		t.Fatal("setup: the hook did not run (trigger not unlinked by Collect)")
+	}
+	if _, serr := os.Stat(theirs); serr != nil {
+		t.Errorf("%s, an empty directory made outside the data root after the garbage directory was moved there, was removed by Collect: %v", theirs, serr)
+	}
+	if _, serr := os.Stat(filepath.Join(moved, "a.ours")); serr != nil {
+		t.Logf("(our emptied a, renamed to a.ours, is gone too: %v)", serr)
+	}
+}
