@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
 
@@ -144,5 +145,157 @@ func TestReviewR24gGarbageSubdirRmdirAfterMoveDeletesOutsideDirectory(t *testing
 	}
 	if _, serr := os.Stat(filepath.Join(moved, "a.ours")); serr != nil {
 		t.Logf("(our emptied a, renamed to a.ours, is gone too: %v)", serr)
+	}
+}
+
+// Review r24g (invariant 5: no chmod or delete outside the data root; wider
+// than docs/datadir.md, "What a tenant who renames our directories can
+// cause": "before each directory below it is opened to be emptied ... each
+// directory between, as far up as descriptors are held (16 levels), must
+// still be the entry of its name in its parent"): checkRemovalChain walks
+// up from the deepest directory and stops at the first parent that is not
+// held open. Below heldLevels the parent of the directory being emptied is
+// always closed, so the loop stops at once and checks none of the 16 held
+// levels; only the garbage name (guard) is looked at. A tenant that moves a
+// shallow directory of the garbage tree (not the garbage directory itself)
+// out of the data root while the removal works 17 or more levels below it
+// has the rest of that subtree opened, made writable and deleted outside
+// the data root, including whatever others put there after the move.
+// (reopenRemoval's id checks pass: the subtree below the moved level is
+// intact.)
+//
+// Schedule: v1 holds l1/l2/.../l17 (17 levels), l17 holding files and
+// directories; v2 valid; Collect at v2, Keep 1. The removal lists l17;
+// when it unlinks the first file of l17 that has a directory after it in
+// the listing (FUSE hook), the tenant renames G/l1/l2 to <outside>/moved
+// and someone outside puts precious/keep into that later directory, now
+// under <outside>/moved/l3/.../l17. Wanted: precious/keep still there.
+func TestReviewR24gDeepGarbageRemovalFollowsAShallowLevelMovedOutOfTheDataRoot(t *testing.T) {
+	mnt, raw := mountOnUnlink(t)
+	root, outside := filepath.Join(mnt, "root"), filepath.Join(mnt, "outside")
+	for _, d := range []string{root, outside} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v1 := makeVersion(t, root, 0, 1, nil, 1)
+	makeVersion(t, root, 0, 2, map[string]string{"x": "2"}, 2)
+	levels := make([]string, 17)
+	for i := range levels {
+		levels[i] = "l" + strconv.Itoa(i+1)
+	}
+	deepRel := filepath.Join(levels...) // l1/.../l17
+	deep := filepath.Join(v1, deepRel)
+	if err := os.MkdirAll(deep, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		n := strconv.Itoa(i)
+		if err := os.WriteFile(filepath.Join(deep, "f"+n), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Join(deep, "d"+n), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(deep, "d"+n, "g"), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The removal lists l17 in this (raw) order: pick a file with a
+	// directory after it.
+	f, err := os.Open(deep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	order, err := f.Readdirnames(-1)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var trigger string
+	hasLater := false
+	for _, n := range order {
+		if trigger == "" && n[0] == 'f' {
+			trigger = n
+			continue
+		}
+		if trigger != "" && n[0] == 'd' {
+			hasLater = true
+			break
+		}
+	}
+	if !hasLater {
+		t.Fatalf("setup: no file with a directory after it in %v", order)
+	}
+	nodeDir := filepath.Dir(v1)
+	moved := filepath.Join(outside, "moved")
+	movedDeep := filepath.Join(append([]string{moved}, levels[2:]...)...) // moved/l3/.../l17
+	var precious []string
+	raw.mu.Lock()
+	raw.hook[trigger] = func() {
+		ents, err := os.ReadDir(nodeDir)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		var g string
+		for _, e := range ents {
+			if _, ok := parseGarbageName(e.Name()); ok {
+				g = e.Name()
+			}
+		}
+		if g == "" {
+			t.Error("setup: no garbage directory when the trigger is unlinked")
+			return
+		}
+		if err := os.Rename(filepath.Join(nodeDir, g, "l1", "l2"), moved); err != nil {
+			t.Error(err)
+			return
+		}
+		// Outside the data root now: someone else's files, in every
+		// directory of l17 the removal has not opened yet.
+		after := false
+		for _, n := range order {
+			if n == trigger {
+				after = true
+				continue
+			}
+			if !after || n[0] != 'd' {
+				continue
+			}
+			p := filepath.Join(movedDeep, n, "precious")
+			if err := os.Mkdir(p, 0o700); err != nil {
+				t.Error(err)
+				return
+			}
+			if err := os.WriteFile(filepath.Join(p, "keep"), []byte("not yours"), 0o600); err != nil {
+				t.Error(err)
+				return
+			}
+			if err := os.Chmod(p, 0o500); err != nil {
+				t.Error(err)
+				return
+			}
+			precious = append(precious, p)
+		}
+	}
+	raw.mu.Unlock()
+	_, err = Collect(context.Background(), root, inst(0, 2), Options{Keep: 1, Logger: quiet})
+	t.Logf("Collect: %v (listing of l17: %v, trigger %s)", err, order, trigger)
+	if precious == nil {
+		t.Fatal("setup: the hook did not run (trigger not unlinked by Collect, or no directory after it)")
+	}
+	for _, p := range precious {
+		fi, serr := os.Stat(p)
+		switch {
+		case serr != nil:
+			t.Errorf("%s, made outside the data root after a level of the garbage tree was moved there, was deleted by Collect: %v", p, serr)
+			continue
+		case fi.Mode().Perm() != 0o500:
+			t.Errorf("%s outside the data root was chmodded by Collect: mode %v, want 0500", p, fi.Mode().Perm())
+		}
+		if _, serr := os.Stat(filepath.Join(p, "keep")); serr != nil {
+			t.Errorf("%s/keep outside the data root was deleted by Collect: %v", p, serr)
+		}
 	}
 }
