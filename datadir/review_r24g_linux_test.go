@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -297,5 +298,67 @@ func TestReviewR24gDeepGarbageRemovalFollowsAShallowLevelMovedOutOfTheDataRoot(t
 		if _, serr := os.Stat(filepath.Join(p, "keep")); serr != nil {
 			t.Errorf("%s/keep outside the data root was deleted by Collect: %v", p, serr)
 		}
+	}
+}
+
+// Review r24g (invariant 5: no write outside the data root; the node
+// directory's side of r24f's moved-target hole, wider than
+// docs/datadir.md, "What a tenant who renames our directories can cause",
+// which promises that once "the name no longer leads to the target,
+// nothing more is written through it" and Prepare fails): every check of
+// the target (inPlace, targetAt) looks up vK relative to the descriptor of
+// node-N, which follows node-N wherever it is renamed. A tenant that moves
+// node-N itself out of the data root once the copy started has the whole
+// copy and the marker written outside the data root, and Prepare reports
+// success with a dir, <root>/node-0/v2, that does not exist.
+//
+// Schedule: v1 valid with files d/a..d/j; Prepare v2 (ungraceful: copies,
+// one worker); before the first file is copied (testHookFile) the tenant
+// renames <root>/node-0 to <outside>/moved. Wanted: nothing created in
+// <outside>/moved/v2 after the move, and Prepare fails.
+func TestReviewR24gNodeDirMovedOutOfTheDataRootIsWrittenThere(t *testing.T) {
+	dir := t.TempDir()
+	root, outside := filepath.Join(dir, "root"), filepath.Join(dir, "outside")
+	for _, d := range []string{root, outside} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	files := map[string]string{}
+	for i := range 10 {
+		files[filepath.Join("d", string(rune('a'+i)))] = "data"
+	}
+	makeVersion(t, root, 0, 1, files, 1)
+	nodeDir := filepath.Dir(Dir(root, inst(0, 2)))
+	moved := filepath.Join(outside, "moved")
+	var atMove []string
+	setHook(t, &testHookFile, func(rel string) {
+		if atMove != nil {
+			return
+		}
+		if err := os.Rename(nodeDir, moved); err != nil {
+			t.Error(err)
+			return
+		}
+		atMove = listTree(t, moved)
+	})
+	got, _, err := Prepare(context.Background(), root, inst(0, 2), Options{Workers: 1, Logger: quiet})
+	testHookFile = nil
+	t.Logf("Prepare: %q, %v", got, err)
+	if atMove == nil {
+		t.Fatal("setup: the hook never ran")
+	}
+	var written []string
+	for _, p := range listTree(t, moved) {
+		if !slices.Contains(atMove, p) {
+			written = append(written, p)
+		}
+	}
+	if len(written) > 0 {
+		t.Errorf("written outside the data root after node-0 was moved there (%s): %v", moved, written)
+	}
+	if err == nil {
+		_, serr := os.Stat(got)
+		t.Errorf("Prepare reported success with %s after node-0 was moved out of the data root (stat: %v)", got, serr)
 	}
 }
