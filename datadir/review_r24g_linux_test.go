@@ -362,3 +362,68 @@ func TestReviewR24gNodeDirMovedOutOfTheDataRootIsWrittenThere(t *testing.T) {
 		t.Errorf("Prepare reported success with %s after node-0 was moved out of the data root (stat: %v)", got, serr)
 	}
 }
+
+// Review r24g (invariant 5, Collect's side of the moved node directory):
+// removeGarbage's guard looks the garbage name up relative to node-N's
+// descriptor, which follows node-N wherever it is renamed. r24f's fix
+// stops the removal when the garbage directory is moved out of the data
+// root, but not when node-N, holding it, is: every later round and
+// directory is then emptied outside the data root, whatever others put
+// there after the move.
+//
+// Schedule: v1, v2 valid, Collect at v2 with Keep 1; v1 is renamed to its
+// garbage name and listed (testHookGarbageListed); then the tenant renames
+// <root>/node-0 to <outside>/moved and someone outside the data root
+// creates precious/keep (precious read-only, 0500) in the garbage
+// directory, now <outside>/moved/<garbage name>. Wanted: nothing under
+// <outside> changed.
+func TestReviewR24gGarbageOfANodeDirMovedOutOfTheDataRootIsEmptiedThere(t *testing.T) {
+	dir := t.TempDir()
+	root, outside := filepath.Join(dir, "root"), filepath.Join(dir, "outside")
+	for _, d := range []string{root, outside} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	makeVersion(t, root, 0, 1, map[string]string{"a/f": "1"}, 1)
+	makeVersion(t, root, 0, 2, map[string]string{"a/f": "2"}, 2)
+	nodeDir := filepath.Dir(Dir(root, inst(0, 1)))
+	moved := filepath.Join(outside, "moved")
+	var precious string
+	setHook(t, &testHookGarbageListed, func(name string) {
+		if precious != "" {
+			return // once
+		}
+		if err := os.Rename(nodeDir, moved); err != nil {
+			t.Error(err)
+			return
+		}
+		precious = filepath.Join(moved, name, "precious")
+		if err := os.Mkdir(precious, 0o700); err != nil {
+			t.Error(err)
+			return
+		}
+		if err := os.WriteFile(filepath.Join(precious, "keep"), []byte("not yours"), 0o600); err != nil {
+			t.Error(err)
+		}
+		if err := os.Chmod(precious, 0o500); err != nil {
+			t.Error(err)
+		}
+	})
+	_, err := Collect(context.Background(), root, inst(0, 2), Options{Keep: 1, Logger: quiet})
+	testHookGarbageListed = nil
+	t.Logf("Collect: %v", err)
+	if precious == "" {
+		t.Fatal("setup: the hook never ran")
+	}
+	fi, serr := os.Stat(precious)
+	switch {
+	case serr != nil:
+		t.Errorf("%s, made outside the data root after node-0 was moved there, was deleted by Collect: %v", precious, serr)
+	case fi.Mode().Perm() != 0o500:
+		t.Errorf("%s outside the data root was chmodded by Collect: mode %v, want 0500", precious, fi.Mode().Perm())
+	}
+	if _, serr := os.Stat(filepath.Join(precious, "keep")); serr != nil && fi != nil {
+		t.Errorf("%s/keep outside the data root was deleted by Collect: %v", precious, serr)
+	}
+}
