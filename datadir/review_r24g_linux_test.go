@@ -502,3 +502,94 @@ func TestReviewR24gJudgingManyVersionDirsIsNoProgress(t *testing.T) {
 		t.Errorf("Progress stood still for %d directory opens (plus the lookups between them) while Prepare judged %d version directories: not \"a few system calls\"", worst, notOurs)
 	}
 }
+
+// fixedDirMode0777FS is r24f's fixedDirModeFS with the fixed mode 0777: a
+// CIFS mount with dir_mode=0777 (Azure Files' documented mount options),
+// vfat/exfat with umask=000, a FUSE mount with umask=0.
+type fixedDirMode0777FS struct{ fuse.RawFileSystem }
+
+func (f *fixedDirMode0777FS) Mkdir(c <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
+	in.Mode, in.Umask = 0o777, 0
+	st := f.RawFileSystem.Mkdir(c, in, name, out)
+	if !st.Ok() {
+		return st
+	}
+	// The loopback's mkdir(2) is subject to this process's umask.
+	set := &fuse.SetAttrIn{SetAttrInCommon: fuse.SetAttrInCommon{Valid: fuse.FATTR_MODE, Mode: 0o777}}
+	set.NodeId = out.NodeId
+	var attr fuse.AttrOut
+	if st := f.RawFileSystem.SetAttr(c, set, &attr); !st.Ok() {
+		return st
+	}
+	out.Attr = attr.Attr
+	return fuse.OK
+}
+
+// Review r24g (liveness, the brief's "a file system that ignores requested
+// modes"; r24f's fixed-directory-mode finding, fixed in 7b118db only for
+// modes without group or other write bits): checkFreshSubdir refuses any
+// new subdirectory with a group or other write bit before it probes the
+// file system's fixed mode. On a mount whose fixed directory mode is 0777,
+// every directory the copy makes is 0777, so every preparation from a
+// source with a subdirectory fails (ErrValidation, "replaced in the
+// target right after it was made"), graceful or not, at every retry: the
+// node never starts again, though nothing was replaced.
+//
+// Schedule: v1 (valid, with a subdirectory "data") on a 0777-fixed-mode
+// mount; Prepare v2 after a graceful release, then v3 after a crash.
+// Wanted: both prepared.
+func TestReviewR24gFixedDirMode0777FailsEveryPreparationWithASubdirectory(t *testing.T) {
+	if err := efsfs.Available(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("cannot mount FUSE under CI=true: %v", err)
+		}
+		t.Skipf("SKIPPED, no FUSE here: %v", err)
+	}
+	base := t.TempDir()
+	backing, root := filepath.Join(base, "backing"), filepath.Join(base, "mnt")
+	for _, d := range []string{backing, root} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lb, err := fs.NewLoopbackRoot(backing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := fuse.NewServer(&fixedDirMode0777FS{fs.NewNodeFS(lb, &fs.Options{})}, root, &fuse.MountOptions{
+		DirectMount: true, DirectMountStrict: true, AllowOther: true,
+		Options: []string{"default_permissions"}, FsName: "fixeddirmode777", Name: "fixeddirmode777",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve()
+	if err := srv.WaitMount(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Unmount() })
+	c := Cluster{Bucket: "b", Prefix: "p/"}
+	v1, _, err := Prepare(context.Background(), root, inst(0, 1), Options{Cluster: c, Tenure: "t1", Logger: quiet})
+	if err != nil {
+		t.Fatalf("preparing v1 on the fixed-mode mount: %v", err)
+	}
+	if err := os.Mkdir(filepath.Join(v1, "data"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(filepath.Join(v1, "data")); err != nil || fi.Mode().Perm() != 0o777 {
+		t.Fatalf("setup: the mount does not fix the directory mode: %v %v", fi.Mode(), err)
+	}
+	if err := os.WriteFile(filepath.Join(v1, "data", "f"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, graceful := range []bool{true, false} {
+		v := nodeid.Version(2)
+		if !graceful {
+			v = 3 // v2 failed above, and is removed
+		}
+		_, _, err := Prepare(context.Background(), root, inst(0, v), Options{Cluster: c, Tenure: "t", PreviousGraceful: graceful, Logger: quiet})
+		if err != nil {
+			t.Errorf("graceful=%t: Prepare v%d from v1 with one subdirectory on a file system with the fixed directory mode 0777: %v", graceful, v, err)
+		}
+	}
+}
