@@ -2,16 +2,20 @@ package datadir
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 
 	"github.com/nodeid/nodeid/internal/efsfs"
 	"github.com/nodeid/nodeid/nodeid"
@@ -591,5 +595,109 @@ func TestReviewR24gFixedDirMode0777FailsEveryPreparationWithASubdirectory(t *tes
 		if err != nil {
 			t.Errorf("graceful=%t: Prepare v%d from v1 with one subdirectory on a file system with the fixed directory mode 0777: %v", graceful, v, err)
 		}
+	}
+}
+
+// Review r24g (ENOSPC mid-copy; wider than docs/datadir.md, step 6: the
+// removal of what retention allows "needs no free space"): removeValid
+// first renames vJ to its garbage name, .vJ.<inode>.nodeid-removing, a
+// longer name than vJ. On ext4 a rename adds the new name before it drops
+// the old one, and when the node directory's block has no room for it the
+// rename needs a new block: on a full file system it fails with ENOSPC,
+// so nothing is freed and the preparation fails, where unlinking and
+// rmdir'ing v1 needs no block.
+//
+// Schedule: a 8 MiB ext4 (1 KiB blocks, no reserved blocks) holding v1
+// (3.5 MB) and v2 (2.5 MB); node-0 holds other entries up to 16-28 bytes short
+// of a full directory block (room for v3, not for a garbage name);
+// the file system is filled up (by others). Prepare v3 (Keep 2): its
+// mkdir runs out of space, v1 is beyond retention. Wanted: v1 removed, v3
+// prepared (as on tmpfs, TestNoSpaceFreesWhatRetentionAllows).
+func TestReviewR24gNoSpaceRenameToTheGarbageNameNeedsADirectoryBlock(t *testing.T) {
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("needs root to mount an ext4 image under CI=true")
+		}
+		t.Skip("SKIPPED: needs root to mount an ext4 image")
+	}
+	mkfs, err := exec.LookPath("mkfs.ext4")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("mkfs.ext4 missing under CI=true: %v", err)
+		}
+		t.Skipf("SKIPPED: %v", err)
+	}
+	base := t.TempDir()
+	img, mnt := filepath.Join(base, "img"), filepath.Join(base, "mnt")
+	if err := os.WriteFile(img, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(img, 8<<20); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(mkfs, "-q", "-F", "-b", "1024", "-m", "0", img).CombinedOutput(); err != nil {
+		t.Fatalf("mkfs.ext4: %v: %s", err, out)
+	}
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-o", "loop", img, mnt).CombinedOutput(); err != nil {
+		t.Fatalf("mount: %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("umount", mnt).Run() })
+	root := filepath.Join(mnt, "root")
+	if err := os.Mkdir(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// How many 4-character names one directory block holds here.
+	scratch := filepath.Join(mnt, "scratch")
+	if err := os.Mkdir(scratch, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	capacity := 0
+	for {
+		if err := os.WriteFile(filepath.Join(scratch, fmt.Sprintf("s%03d", capacity)), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		fi, err := os.Stat(scratch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Size() != 1024 {
+			break
+		}
+		capacity++
+	}
+	if err := os.RemoveAll(scratch); err != nil {
+		t.Fatal(err)
+	}
+	big := strings.Repeat("x", 2500<<10)
+	// v1 holds more than a copy of v2 needs.
+	makeVersion(t, root, 0, 1, map[string]string{"a": big, "b": strings.Repeat("y", 1<<20)}, 1)
+	makeVersion(t, root, 0, 2, map[string]string{"a": big}, 2)
+	nodeDir := filepath.Dir(Dir(root, inst(0, 1)))
+	// v1, v2 and these: two entries short of a full block.
+	for i := range capacity - 4 {
+		if err := os.WriteFile(filepath.Join(nodeDir, fmt.Sprintf("o%03d", i)), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if fi, err := os.Stat(nodeDir); err != nil || fi.Size() != 1024 {
+		t.Fatalf("setup: node-0 is not one block: %v %v", fi.Size(), err)
+	}
+	// Full: not a block left (as a disk that other writers filled).
+	fillUp(t, filepath.Join(mnt, "filler"))
+	if f, err := os.Create(filepath.Join(mnt, "filler2")); err == nil {
+		for _, err := f.Write(make([]byte, 1024)); err == nil; _, err = f.Write(make([]byte, 1024)) {
+		}
+		f.Close()
+	}
+	var sfs unix.Statfs_t
+	if err := unix.Statfs(mnt, &sfs); err != nil || sfs.Bavail != 0 {
+		t.Fatalf("setup: %d blocks still free: %v", sfs.Bavail, err)
+	}
+	_, _, err = Prepare(context.Background(), root, inst(0, 3), Options{Logger: quiet, Keep: 2, Tenure: "task-3"})
+	if err != nil {
+		t.Errorf("Prepare v3 on a full ext4 with v1 beyond retention: %v; versions %v", err, versionsOf(t, root, 0))
 	}
 }
