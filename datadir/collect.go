@@ -84,7 +84,7 @@ func collect(ctx context.Context, node *os.File, nodePath string, current node.V
 		}
 		name := versionDirName(v)
 		p := filepath.Join(nodePath, name)
-		e, err := inspect(node, name, v, c)
+		e, err := inspect(node, name, v, c, steps)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -261,7 +261,7 @@ func removeLeftoversBelow(node *os.File, nodePath string, k node.Version, c Clus
 			continue
 		}
 		name := versionDirName(v)
-		e, err := inspect(node, name, v, c)
+		e, err := inspect(node, name, v, c, steps)
 		if err != nil {
 			log.Warn("judging a leftover", "dir", filepath.Join(nodePath, name), "err", err)
 			continue

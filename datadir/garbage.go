@@ -366,7 +366,8 @@ func boolInt(b bool) int {
 // or nothing but our own files, each what it is named (a stale preparer's
 // late marker after the rest was removed). d is nil if it is not ours or
 // gone.
-func judgeGarbage(node *os.File, name string, v node.Version, c Cluster) (d *os.File, why string, err error) {
+func judgeGarbage(node *os.File, name string, v node.Version, c Cluster, steps *atomic.Int64) (d *os.File, why string, err error) {
+	step(steps) // judged like a version directory (inspect)
 	d, err = openDirAt(node, name)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -442,7 +443,7 @@ func collectGarbage(node *os.File, nodePath string, k node.Version, c Cluster, s
 			continue
 		}
 		p := path.Join(nodePath, n)
-		d, why, err := judgeGarbage(node, n, v, c)
+		d, why, err := judgeGarbage(node, n, v, c, steps)
 		switch {
 		case err != nil:
 			errs = append(errs, err)

@@ -159,7 +159,7 @@ func TestRemovalWorksOnTheInspectedDirectory(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer node.Close()
-			e, err := inspect(node.f, "v1", 1, clusterA)
+			e, err := inspect(node.f, "v1", 1, clusterA, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -78,7 +78,7 @@ func freeSpaceFor(ctx context.Context, root string, inst node.Instance, opts Opt
 		return nil, nil
 	}
 	defer nodeDir.Close()
-	p, err := planPrepare(nodeDir.f, nodePath, inst.Version, cfg.cluster, cfg.tenure)
+	p, err := planPrepare(nodeDir.f, nodePath, inst.Version, cfg.cluster, cfg.tenure, cfg.steps)
 	if err != nil {
 		return nil, nil
 	}

@@ -100,7 +100,7 @@ func prepare(ctx context.Context, root string, inst node.Instance, opts Options,
 		return "", Result{}, err
 	default:
 		defer nodeDir.Close()
-		if p, err = planPrepare(nodeDir.f, nodePath, inst.Version, cfg.cluster, cfg.tenure); err != nil {
+		if p, err = planPrepare(nodeDir.f, nodePath, inst.Version, cfg.cluster, cfg.tenure, cfg.steps); err != nil {
 			return "", Result{}, err
 		}
 		defer p.close()
@@ -457,7 +457,7 @@ func (p *plan) close() {
 // directory without a marker never was complete, but an unreadable marker
 // or a symlink or file named like a version cannot be judged. A target left
 // unfinished is redone only if it names tenure. The caller closes the plan.
-func planPrepare(node *os.File, nodePath string, k node.Version, c Cluster, tenure string) (p plan, err error) {
+func planPrepare(node *os.File, nodePath string, k node.Version, c Cluster, tenure string, steps *atomic.Int64) (p plan, err error) {
 	vs, err := versionDirs(node)
 	if err != nil {
 		return plan{}, err
@@ -474,7 +474,7 @@ func planPrepare(node *os.File, nodePath string, k node.Version, c Cluster, tenu
 	for _, v := range vs {
 		name := versionDirName(v)
 		dir := filepath.Join(nodePath, name)
-		e, err := inspect(node, name, v, c)
+		e, err := inspect(node, name, v, c, steps)
 		if err != nil {
 			return p, err
 		}
@@ -596,7 +596,7 @@ func removeFailedTarget(node *os.File, name string, v node.Version, c Cluster, d
 	if ours == nil {
 		return rmdirAt(node, name, dst)
 	}
-	e, err := inspect(node, name, v, c)
+	e, err := inspect(node, name, v, c, steps)
 	if err != nil {
 		return err
 	}
