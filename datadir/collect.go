@@ -60,15 +60,15 @@ func Collect(ctx context.Context, root string, inst node.Instance, opts Options)
 		return nil, err
 	}
 	defer node.Close()
-	removed, _, err := collect(ctx, node.f, filepath.Join(root, nodeDirName(inst.ID)), inst.Version, cfg.keep, cfg.cluster, log, cfg.steps)
+	removed, _, err := collect(ctx, node, filepath.Join(root, nodeDirName(inst.ID)), inst.Version, cfg.keep, cfg.cluster, log, cfg.steps)
 	return removed, err
 }
 
 // collect implements Collect on an open node directory; nodePath is only for
 // messages. It also returns the directories it left because another file
 // system is mounted in or on them (see errMountPoint).
-func collect(ctx context.Context, node *os.File, nodePath string, current node.Version, keep int, c Cluster, log *slog.Logger, steps *atomic.Int64) (_ []string, mounts []string, _ error) {
-	vs, err := versionDirs(node)
+func collect(ctx context.Context, node *nodeDir, nodePath string, current node.Version, keep int, c Cluster, log *slog.Logger, steps *atomic.Int64) (_ []string, mounts []string, _ error) {
+	vs, err := versionDirs(node.f)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -84,7 +84,7 @@ func collect(ctx context.Context, node *os.File, nodePath string, current node.V
 		}
 		name := versionDirName(v)
 		p := filepath.Join(nodePath, name)
-		e, err := inspect(node, name, v, c)
+		e, err := inspect(node.f, name, v, c, steps)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -157,8 +157,8 @@ func collect(ctx context.Context, node *os.File, nodePath string, current node.V
 // versions (moveToGarbage), durably, then emptied, its marker first
 // (removeGarbage). A crash at any point leaves the directory valid and
 // whole, or garbage that is positively ours.
-func removeValid(node *os.File, e *entry, c Cluster, steps *atomic.Int64) error {
-	if err := checkVersionNotMount(node, e.dir); err != nil {
+func removeValid(node *nodeDir, e *entry, c Cluster, steps *atomic.Int64) error {
+	if err := checkVersionNotMount(node.f, e.dir); err != nil {
 		return err
 	}
 	return removeMoved(node, e, steps)
@@ -170,8 +170,8 @@ func removeValid(node *os.File, e *entry, c Cluster, steps *atomic.Int64) error 
 // into the versions: a stale preparer may have linked its marker into it
 // meanwhile, which must never vouch for a half-emptied directory. Every
 // GC reports it (a mount point) until it is unmounted, then finishes it.
-func removeMoved(node *os.File, e *entry, steps *atomic.Int64) error {
-	if err := moveToGarbage(node, e); err != nil {
+func removeMoved(node *nodeDir, e *entry, steps *atomic.Int64) error {
+	if err := moveToGarbage(node.f, e); err != nil {
 		return err
 	}
 	if err := removeGarbage(node, e.name, e.dir, steps); err != nil {
@@ -183,13 +183,13 @@ func removeMoved(node *os.File, e *entry, steps *atomic.Int64) error {
 // removeUnfinished removes our leftover, or an empty directory or one with
 // only an in-progress file (which must still be the file judged); the
 // latter two with rmdir(2), which fails if anything was written meanwhile.
-func removeUnfinished(node *os.File, e *entry, steps *atomic.Int64) error {
-	if err := checkVersionNotMount(node, e.dir); err != nil {
+func removeUnfinished(node *nodeDir, e *entry, steps *atomic.Int64) error {
+	if err := checkVersionNotMount(node.f, e.dir); err != nil {
 		return err
 	}
 	switch e.st {
 	case stateEmpty:
-		return rmdirAt(node, e.name, e.dir)
+		return rmdirAt(node.f, e.name, e.dir)
 	case stateNoData:
 		var st unix.Stat_t
 		if err := fstatat(int(e.dir.Fd()), PreparingName, &st); err != nil {
@@ -201,7 +201,7 @@ func removeUnfinished(node *os.File, e *entry, steps *atomic.Int64) error {
 		if err := unlinkAt(e.dir, PreparingName); err != nil {
 			return err
 		}
-		return rmdirAt(node, e.name, e.dir)
+		return rmdirAt(node.f, e.name, e.dir)
 	}
 	return removeLeftover(node, e, steps)
 }
@@ -210,11 +210,11 @@ func removeUnfinished(node *os.File, e *entry, steps *atomic.Int64) error {
 // directory out of the versions, then empties and removes it. It works
 // below the directory inspect judged (e.dir), never by path, and follows
 // no symlink.
-func removeLeftover(node *os.File, e *entry, steps *atomic.Int64) error {
+func removeLeftover(node *nodeDir, e *entry, steps *atomic.Int64) error {
 	if e.removing {
 		return removeMoved(node, e, steps)
 	}
-	if _, err := sameAt(node, e.name, e.dir); err != nil {
+	if _, err := sameAt(node.f, e.name, e.dir); err != nil {
 		return err
 	}
 	if err := makeWritable(e.dir); err != nil {
@@ -249,8 +249,8 @@ var testHookAfterClaim func(dir string)
 // (our leftovers, empty ones, ones with only an in-progress file) below
 // version k, as GC would after the preparation: their tenure is over.
 // Errors are logged: what is left, GC tries again.
-func removeLeftoversBelow(node *os.File, nodePath string, k node.Version, c Cluster, log *slog.Logger, steps *atomic.Int64) (removed, mounts []string) {
-	vs, err := versionDirs(node)
+func removeLeftoversBelow(node *nodeDir, nodePath string, k node.Version, c Cluster, log *slog.Logger, steps *atomic.Int64) (removed, mounts []string) {
+	vs, err := versionDirs(node.f)
 	if err != nil {
 		log.Warn("listing leftovers", "dir", nodePath, "err", err)
 		return nil, nil
@@ -261,7 +261,7 @@ func removeLeftoversBelow(node *os.File, nodePath string, k node.Version, c Clus
 			continue
 		}
 		name := versionDirName(v)
-		e, err := inspect(node, name, v, c)
+		e, err := inspect(node.f, name, v, c, steps)
 		if err != nil {
 			log.Warn("judging a leftover", "dir", filepath.Join(nodePath, name), "err", err)
 			continue

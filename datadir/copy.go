@@ -362,18 +362,22 @@ var testHookAfterSubdirMkdir func(rel string)
 // made by mkdirat as name in parent and opened by name, looks as made
 // (docs/datadir.md, "Fresh subdirectories"): empty; owned by us (the
 // target's owner, which keeps the preparing owner until the walk is done,
-// or our euid); no write bit for group or others; no mode bits beyond
-// mkdirat's 0700 (and a setgid bit the parent may pass on) unless this
-// file system gives every new directory those bits (probeMkdirMode); and
+// or our euid); no mode bits beyond mkdirat's 0700 (and a setgid bit the
+// parent may pass on), write bits for group or others included, unless
+// this file system gives every new directory exactly that mode
+// (probeMkdirMode); and
 // the name still leads to d. Another directory swapped in is ErrValidation.
 func (t *tree) checkFreshSubdir(parent, d *os.File, name string, st *unix.Stat_t, rel string) error {
 	replaced := func() error {
 		return fmt.Errorf("%w: %s: replaced in the target right after it was made (owner %d, mode %#o)",
 			ErrValidation, rel, st.Uid, st.Mode&0o7777)
 	}
-	if st.Uid != t.dstStat.Uid && st.Uid != uint32(os.Geteuid()) || st.Mode&0o022 != 0 {
+	if st.Uid != t.dstStat.Uid && st.Uid != uint32(os.Geteuid()) {
 		return replaced()
 	}
+	// Group or other write bits too are accepted only where mkdirat(0700)
+	// gives exactly this mode (CIFS dir_mode=0777): every directory on
+	// such a file system has them, so refusing protects nothing there.
 	if extra := st.Mode & 0o7777 &^ (0o700 | unix.S_ISGID); extra != 0 {
 		t.mkdirModeOnce.Do(func() { t.mkdirMode, t.mkdirModeErr = probeMkdirMode(parent) })
 		if t.mkdirModeErr != nil {

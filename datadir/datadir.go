@@ -145,7 +145,8 @@ type Options struct {
 
 	// Progress, if not nil, is incremented as Prepare (or Collect) moves
 	// on: once per entry copied, linked, validated, rechecked or removed,
-	// per directory listed, and per chunk (at most 1 MiB) of a file's
+	// per directory listed, per version or garbage directory judged (as
+	// ours or not), and per chunk (at most 1 MiB) of a file's
 	// bytes copied or compared. So it stands still only for a few system
 	// calls, or one fsync or syncfs (SyncTimeout bounds those): a caller
 	// that sees it unchanged for long knows a call on the file system did

@@ -218,9 +218,10 @@ func readSmallFileAt(dir *os.File, name string) ([]byte, error) {
 // the one being emptied, and an ancestor is opened again (reopenRemoval)
 // when its turn comes back: descriptors do not grow with the depth.
 //
-// Before it opens a directory to empty it, it checks that each level above
-// still leads to the next (fstatat of the name in its parent, as far up as
-// descriptors are held, and guard, if not nil, for dir itself): a
+// Before it opens a directory to empty it, and again right before it
+// removes that directory once emptied (rmdir), it checks that each level
+// above still leads to the next (fstatat of the name in its parent, as far
+// up as descriptors are held, and guard, if not nil, for dir itself): a
 // directory moved or replaced since it was opened, out of the data root
 // perhaps, is left as it is (errMovedOut). See docs/datadir.md, "What a
 // tenant who renames our directories can cause".
@@ -247,15 +248,30 @@ func removeAllAtGuarded(dir *os.File, name string, steps *atomic.Int64, guard fu
 				return nil
 			}
 			top.d.Close()
-			stack = stack[:len(stack)-1]
-			parent := stack[len(stack)-1]
+			top.d = nil
+			parent := stack[len(stack)-2]
 			if parent.d == nil {
-				if parent.d, err = reopenRemoval(stack); err != nil {
+				if parent.d, err = reopenRemoval(stack[:len(stack)-1]); err != nil {
 					return err
 				}
 			}
-			if err := unix.Unlinkat(int(parent.d.Fd()), top.name, unix.AT_REMOVEDIR); err != nil && err != unix.ENOENT {
-				return &os.PathError{Op: "rmdir", Path: path.Join(parent.d.Name(), top.name), Err: err}
+			// Right before the rmdir, as before the open: the name still
+			// leads to the directory emptied, and its parents and dir to
+			// where they were judged. Moved meanwhile (out of the data
+			// root perhaps, someone else's empty directory put under the
+			// name), nothing is removed.
+			gone, err := removalGone(parent.d, top)
+			if err == nil && !gone {
+				err = checkRemovalChain(stack[:len(stack)-1], guard)
+			}
+			if err != nil {
+				return err
+			}
+			stack = stack[:len(stack)-1]
+			if !gone {
+				if err := unix.Unlinkat(int(parent.d.Fd()), top.name, unix.AT_REMOVEDIR); err != nil && err != unix.ENOENT {
+					return &os.PathError{Op: "rmdir", Path: path.Join(parent.d.Name(), top.name), Err: err}
+				}
 			}
 			step(steps)
 			continue
@@ -296,6 +312,22 @@ type removal struct {
 // errMovedOut: a directory being removed was moved or replaced meanwhile;
 // what is left of it is not touched again.
 var errMovedOut = errors.New("moved or replaced while it was being removed; left in place")
+
+// removalGone reports whether r's name in parent is gone (removed by
+// someone else: nothing to rmdir); errMovedOut if it leads to another
+// directory than the one emptied.
+func removalGone(parent *os.File, r *removal) (bool, error) {
+	var st unix.Stat_t
+	switch err := fstatat(int(parent.Fd()), r.name, &st); {
+	case errors.Is(err, fs.ErrNotExist):
+		return true, nil
+	case err != nil:
+		return false, err
+	case (dirID{uint64(st.Dev), uint64(st.Ino)}) != r.id:
+		return false, fmt.Errorf("%s: %w", path.Join(parent.Name(), r.name), errMovedOut)
+	}
+	return false, nil
+}
 
 // checkRemovalChain checks that each directory of stack, from the deepest
 // up to the first whose parent is not held open, is still the entry of its

@@ -171,31 +171,39 @@ var keeperNames = []string{claimName, PreparingName, removingName}
 // (a late write between the keepers' unlink and it, or any other error),
 // the first keeper is written back (the directory is ours: we renamed it
 // out of the versions, or judged it ours).
-func removeGarbage(node *os.File, name string, d *os.File, steps *atomic.Int64) error {
-	if err := checkVersionNotMount(node, d); err != nil {
+func removeGarbage(node *nodeDir, name string, d *os.File, steps *atomic.Int64) error {
+	if err := checkVersionNotMount(node.f, d); err != nil {
 		return err
 	}
 	if err := makeWritable(d); err != nil {
 		return err
 	}
 	// Before each round and each directory level emptied: the garbage
-	// name must still lead to d. A tenant who moved it out of the data
-	// root has it left there, nothing more listed, chmodded or removed.
+	// name must still lead to d, and node-N's name in the data root to
+	// node (its descriptor follows node-N when it is moved). A tenant who
+	// moved either out of the data root has it left there, nothing more
+	// listed, chmodded or removed.
 	want, err := idOf(d)
 	if err != nil {
 		return err
 	}
 	guard := func() error {
 		var st unix.Stat_t
-		err := fstatat(int(node.Fd()), name, &st)
+		err := fstatat(int(node.f.Fd()), name, &st)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
 		case err != nil:
 			return err
 		case (dirID{uint64(st.Dev), uint64(st.Ino)}) == want:
-			return nil
+			switch moved, err := node.moved(); {
+			case err != nil:
+				return err
+			case !moved:
+				return nil
+			}
+			return fmt.Errorf("%s (holding %s): %w", node.f.Name(), name, errMovedOut)
 		}
-		return fmt.Errorf("%s: %w", path.Join(node.Name(), name), errMovedOut)
+		return fmt.Errorf("%s: %w", path.Join(node.f.Name(), name), errMovedOut)
 	}
 	removeAll := func(n string) error { return removeAllAtGuarded(d, n, steps, guard) }
 	var last error
@@ -236,15 +244,19 @@ func removeGarbage(node *os.File, name string, d *os.File, steps *atomic.Int64) 
 				return err
 			}
 		}
+		// And before our own files go and the directory itself.
+		if err := guard(); err != nil {
+			return err
+		}
 		k, err := removeKeepersIfAlone(d, steps)
 		if err != nil {
 			return err
 		}
 		if k == nil {
-			last = &os.PathError{Op: "rmdir", Path: path.Join(node.Name(), name), Err: unix.ENOTEMPTY}
+			last = &os.PathError{Op: "rmdir", Path: path.Join(node.f.Name(), name), Err: unix.ENOTEMPTY}
 			continue
 		}
-		last = rmdirAt(node, name, d)
+		last = rmdirAt(node.f, name, d)
 		if last == nil {
 			return nil
 		}
@@ -366,7 +378,8 @@ func boolInt(b bool) int {
 // or nothing but our own files, each what it is named (a stale preparer's
 // late marker after the rest was removed). d is nil if it is not ours or
 // gone.
-func judgeGarbage(node *os.File, name string, v node.Version, c Cluster) (d *os.File, why string, err error) {
+func judgeGarbage(node *os.File, name string, v node.Version, c Cluster, steps *atomic.Int64) (d *os.File, why string, err error) {
+	step(steps) // judged like a version directory (inspect)
 	d, err = openDirAt(node, name)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -430,8 +443,8 @@ func ownMarkerAt(d *os.File, file string, v node.Version) (bool, error) {
 // collectGarbage finishes the removals of versions below k that a crash, or
 // a stale preparer's late write, left in garbage directories; skip are the
 // ones this run just left at a mount point (reported already).
-func collectGarbage(node *os.File, nodePath string, k node.Version, c Cluster, skip []string, steps *atomic.Int64) (removed, notOurs, mounts []string, errs []error) {
-	names, err := readDirNames(node)
+func collectGarbage(node *nodeDir, nodePath string, k node.Version, c Cluster, skip []string, steps *atomic.Int64) (removed, notOurs, mounts []string, errs []error) {
+	names, err := readDirNames(node.f)
 	if err != nil {
 		return nil, nil, nil, []error{fmt.Errorf("datadir: listing %s: %w", nodePath, err)}
 	}
@@ -442,7 +455,7 @@ func collectGarbage(node *os.File, nodePath string, k node.Version, c Cluster, s
 			continue
 		}
 		p := path.Join(nodePath, n)
-		d, why, err := judgeGarbage(node, n, v, c)
+		d, why, err := judgeGarbage(node.f, n, v, c, steps)
 		switch {
 		case err != nil:
 			errs = append(errs, err)

@@ -159,7 +159,7 @@ func TestRemovalWorksOnTheInspectedDirectory(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer node.Close()
-			e, err := inspect(node.f, "v1", 1, clusterA)
+			e, err := inspect(node.f, "v1", 1, clusterA, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -171,9 +171,9 @@ func TestRemovalWorksOnTheInspectedDirectory(t *testing.T) {
 				t.Fatal(err)
 			}
 			if kind == "valid" {
-				err = removeValid(node.f, &e, clusterA, nil)
+				err = removeValid(node, &e, clusterA, nil)
 			} else {
-				err = removeUnfinished(node.f, &e, nil)
+				err = removeUnfinished(node, &e, nil)
 			}
 			if err == nil {
 				t.Error("removal of a directory swapped for a symlink succeeded")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 
@@ -54,9 +55,12 @@ func (e *entry) close() {
 // inspect classifies the entry name of the node directory as the directory
 // of version v. An error means the state could not be established (for
 // example an I/O error reading the marker); callers then must not remove
-// anything. The caller closes the entry.
-func inspect(node *os.File, name string, v node.Version, c Cluster) (e entry, err error) {
+// anything. The caller closes the entry. It counts two steps in steps
+// (Options.Progress): judging thousands of directories GC leaves in place
+// (not ours) must not look like a hung file system.
+func inspect(node *os.File, name string, v node.Version, c Cluster, steps *atomic.Int64) (e entry, err error) {
 	e = entry{name: name, v: v}
+	step(steps)
 	d, err := openDirAt(node, name)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -107,6 +111,7 @@ func inspect(node *os.File, name string, v node.Version, c Cluster) (e entry, er
 	case !errors.Is(err, errNoMarker) && !errors.Is(err, errBadMarker):
 		return e, err
 	}
+	step(steps) // the lookups of our file names done; the listings follow
 	switch empty, err := isEmpty(d); {
 	case err != nil:
 		return e, err

@@ -70,15 +70,37 @@ func openRoot(root string, writable bool) (*os.Root, error) {
 }
 
 // nodeDir is <root>/node-N, opened once without following a symlink: f for
-// the *at system calls, r (the same directory) for the copy.
+// the *at system calls, r (the same directory) for the copy. root is
+// <root>, where name must still lead to f (id) for anything to be written
+// or removed through f (moved).
 type nodeDir struct {
-	f *os.File
-	r *os.Root
+	f    *os.File
+	r    *os.Root
+	root *os.File
+	name string
+	id   dirID
 }
 
 func (n *nodeDir) Close() {
 	n.f.Close()
 	n.r.Close()
+	n.root.Close()
+}
+
+// moved reports whether node-N's name in the data root no longer leads
+// to the directory opened (gone, or another inode): f follows node-N
+// wherever a tenant renames it, out of the data root included. An error
+// says nothing. One fstatat.
+func (n *nodeDir) moved() (bool, error) {
+	var st unix.Stat_t
+	switch err := fstatat(int(n.root.Fd()), n.name, &st); {
+	case errors.Is(err, fs.ErrNotExist):
+		return true, nil
+	case err != nil:
+		return false, err
+	default:
+		return (dirID{uint64(st.Dev), uint64(st.Ino)}) != n.id, nil
+	}
 }
 
 // openNodeDir opens <root>/node-N. A symlink in its place is refused: it
@@ -88,7 +110,12 @@ func openNodeDir(root *os.Root, name string, mode fs.FileMode, create bool) (*no
 	if err != nil {
 		return nil, fmt.Errorf("datadir: %w", err)
 	}
-	defer rf.Close()
+	keep := false
+	defer func() {
+		if !keep {
+			rf.Close()
+		}
+	}()
 	var f *os.File
 	if create {
 		f, err = makeDir(rf, name, mode, false)
@@ -111,12 +138,18 @@ func openNodeDir(root *os.Root, name string, mode fs.FileMode, create bool) (*no
 	case err != nil:
 		return nil, fmt.Errorf("datadir: %w", err)
 	}
+	id, err := idOf(f)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("datadir: %w", err)
+	}
 	r, err := openRootAt(root, name, f)
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("datadir: %w", err)
 	}
-	return &nodeDir{f: f, r: r}, nil
+	keep = true
+	return &nodeDir{f: f, r: r, root: rf, name: name, id: id}, nil
 }
 
 // versionDirs lists the version directories of node in descending order.

@@ -44,7 +44,7 @@ func Newest(root string, id int, c Cluster) (node.Version, bool, error) {
 		return 0, false, err
 	}
 	for _, v := range vs {
-		e, err := inspect(node.f, versionDirName(v), v, c)
+		e, err := inspect(node.f, versionDirName(v), v, c, nil)
 		e.close()
 		switch {
 		case err != nil:

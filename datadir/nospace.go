@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"slices"
 	"syscall"
@@ -24,7 +23,7 @@ func noSpace(err error) bool {
 // anything above it, nor what is not positively ours (see collect). It
 // returns the directories removed and those left as mount points (errors are
 // logged: a copy that still finds no space fails as before).
-func freeSpace(ctx context.Context, node *os.File, nodePath string, source node.Version, cfg *config, log *slog.Logger) (removed, mounts []string) {
+func freeSpace(ctx context.Context, node *nodeDir, nodePath string, source node.Version, cfg *config, log *slog.Logger) (removed, mounts []string) {
 	// Counting from source (valid, kept as the newest below it), the new
 	// version takes one place of Keep.
 	removed, mounts, err := collect(ctx, node, nodePath, source, cfg.keep-1, cfg.cluster, log, cfg.steps)
@@ -78,7 +77,7 @@ func freeSpaceFor(ctx context.Context, root string, inst node.Instance, opts Opt
 		return nil, nil
 	}
 	defer nodeDir.Close()
-	p, err := planPrepare(nodeDir.f, nodePath, inst.Version, cfg.cluster, cfg.tenure)
+	p, err := planPrepare(nodeDir.f, nodePath, inst.Version, cfg.cluster, cfg.tenure, cfg.steps)
 	if err != nil {
 		return nil, nil
 	}
@@ -86,7 +85,7 @@ func freeSpaceFor(ctx context.Context, root string, inst node.Instance, opts Opt
 	if p.source.dir == nil {
 		return nil, nil
 	}
-	removed, mounts = freeSpace(ctx, nodeDir.f, nodePath, p.source.v, cfg, log)
+	removed, mounts = freeSpace(ctx, nodeDir, nodePath, p.source.v, cfg, log)
 	if len(removed) > 0 {
 		log.Warn("out of space: removed versions beyond retention, preparing again", "removed", removed)
 	}

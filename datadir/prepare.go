@@ -100,7 +100,7 @@ func prepare(ctx context.Context, root string, inst node.Instance, opts Options,
 		return "", Result{}, err
 	default:
 		defer nodeDir.Close()
-		if p, err = planPrepare(nodeDir.f, nodePath, inst.Version, cfg.cluster, cfg.tenure); err != nil {
+		if p, err = planPrepare(nodeDir.f, nodePath, inst.Version, cfg.cluster, cfg.tenure, cfg.steps); err != nil {
 			return "", Result{}, err
 		}
 		defer p.close()
@@ -129,12 +129,12 @@ func prepare(ctx context.Context, root string, inst node.Instance, opts Options,
 		// Space held by our unfinished directories below the target (an
 		// attempt that failed and could not clean up, a crash) could make
 		// this copy fail too: GC would only remove them after it succeeded.
-		pre, mounts = removeLeftoversBelow(nodeDir.f, nodePath, inst.Version, cfg.cluster, log, cfg.steps)
+		pre, mounts = removeLeftoversBelow(nodeDir, nodePath, inst.Version, cfg.cluster, log, cfg.steps)
 	}
 	pre, mounts = append(a.freed, pre...), appendNew(a.mounts, mounts)
 	if p.target.st == stateLeftover || p.target.st == stateEmpty || p.target.st == stateNoData {
 		log.Warn("removing leftovers of an interrupted preparation", "dir", dir)
-		switch err := removeUnfinished(nodeDir.f, &p.target, cfg.steps); {
+		switch err := removeUnfinished(nodeDir, &p.target, cfg.steps); {
 		case err == nil:
 		case errors.Is(err, errGarbageLeft) && errors.Is(err, errMountPoint):
 			// Out of the versions, and left there (never renamed back):
@@ -181,7 +181,7 @@ func prepare(ctx context.Context, root string, inst node.Instance, opts Options,
 	// node-N/vK must still lead to dst wherever Prepare writes through it
 	// (docs/datadir.md, "What a tenant who renames our directories can
 	// cause"): a target moved away is never written on, nor reported.
-	inPlace := func() error { return targetAt(nodeDir.f, target, dstID) }
+	inPlace := func() error { return targetAt(nodeDir, target, dstID) }
 	var (
 		ours        *unix.Stat_t // our in-progress file, once created
 		markerStart bool         // a marker there may be ours from here on
@@ -198,14 +198,14 @@ func prepare(ctx context.Context, root string, inst node.Instance, opts Options,
 			log.Warn("the failed target is left for the next preparation: the file system does not complete flushes", "dir", dir, "error", err)
 			return
 		}
-		if why := takenOver(nodeDir.f, target, dst, ours, cfg.tenure, markerStart); why != "" {
+		if why := takenOver(nodeDir, target, dst, ours, cfg.tenure, markerStart); why != "" {
 			err = fmt.Errorf("%w: %s %s, by another holder of this version: %w", ErrVersionUsed, dir, why, err)
 			return
 		}
 		// Positively ours and unfinished: remove it, so that a failed
 		// attempt (ENOSPC, an unreadable file) does not hold space or pile
 		// up. What cannot be removed now, the next Prepare or GC removes.
-		if rerr := removeFailedTarget(nodeDir.f, target, inst.Version, cfg.cluster, dst, ours, cfg.steps); rerr != nil {
+		if rerr := removeFailedTarget(nodeDir, target, inst.Version, cfg.cluster, dst, ours, cfg.steps); rerr != nil {
 			log.Warn("could not remove the failed target; the next preparation removes it", "dir", dir, "err", rerr)
 		} else {
 			log.Warn("removed the failed target", "dir", dir, "err", err)
@@ -274,7 +274,7 @@ func prepare(ctx context.Context, root string, inst node.Instance, opts Options,
 		t = &tree{
 			ctx: ctx, cfg: cfg, log: log, node: nodeDir.r,
 			src: p.source.name, dst: target,
-			srcDir: p.source.dir, dstDir: dst, nodeDir: nodeDir.f,
+			srcDir: p.source.dir, dstDir: dst, nodeDir: nodeDir,
 			dstPath: dir,
 		}
 		if err := t.copyAndValidate(&res); err != nil {
@@ -394,7 +394,7 @@ func prepare(ctx context.Context, root string, inst node.Instance, opts Options,
 		// the root (ErrForeignCluster) and stop us from claiming it.
 		log.Info("garbage collection skipped until the next preparation: this one claimed the data root", "root", root)
 	} else {
-		removed, m, err := collect(ctx, nodeDir.f, nodePath, inst.Version, cfg.keep, cfg.cluster, log, cfg.steps)
+		removed, m, err := collect(ctx, nodeDir, nodePath, inst.Version, cfg.keep, cfg.cluster, log, cfg.steps)
 		for _, d := range m {
 			if !slices.Contains(mounts, d) { // met before the copy too
 				mounts = append(mounts, d)
@@ -457,7 +457,7 @@ func (p *plan) close() {
 // directory without a marker never was complete, but an unreadable marker
 // or a symlink or file named like a version cannot be judged. A target left
 // unfinished is redone only if it names tenure. The caller closes the plan.
-func planPrepare(node *os.File, nodePath string, k node.Version, c Cluster, tenure string) (p plan, err error) {
+func planPrepare(node *os.File, nodePath string, k node.Version, c Cluster, tenure string, steps *atomic.Int64) (p plan, err error) {
 	vs, err := versionDirs(node)
 	if err != nil {
 		return plan{}, err
@@ -474,7 +474,7 @@ func planPrepare(node *os.File, nodePath string, k node.Version, c Cluster, tenu
 	for _, v := range vs {
 		name := versionDirName(v)
 		dir := filepath.Join(nodePath, name)
-		e, err := inspect(node, name, v, c)
+		e, err := inspect(node, name, v, c, steps)
 		if err != nil {
 			return p, err
 		}
@@ -556,9 +556,13 @@ func unmark(dir *os.File) error {
 // file (nil before it was created); another inode, or a file naming another
 // tenure (inode numbers are reused), is someone else's. After markerStart
 // a marker may be ours.
-func takenOver(node *os.File, name string, dst *os.File, ours *unix.Stat_t, tenure string, markerStart bool) string {
+func takenOver(nd *nodeDir, name string, dst *os.File, ours *unix.Stat_t, tenure string, markerStart bool) string {
+	node := nd.f
 	if goneAt(node, name, dst) {
 		return "was removed or replaced while it was being prepared"
+	}
+	if moved, _ := nd.moved(); moved {
+		return "was moved away with its node directory while it was being prepared"
 	}
 	d, err := openDirAt(node, name)
 	if err != nil {
@@ -592,11 +596,11 @@ var errCompletedMeanwhile = errors.New("completed by its preparer meanwhile; lef
 // Prepare made, without a valid marker, and holding the in-progress file
 // ours that Prepare wrote. ours nil (no in-progress file yet) removes it
 // only if it is empty (rmdir).
-func removeFailedTarget(node *os.File, name string, v node.Version, c Cluster, dst *os.File, ours *unix.Stat_t, steps *atomic.Int64) error {
+func removeFailedTarget(node *nodeDir, name string, v node.Version, c Cluster, dst *os.File, ours *unix.Stat_t, steps *atomic.Int64) error {
 	if ours == nil {
-		return rmdirAt(node, name, dst)
+		return rmdirAt(node.f, name, dst)
 	}
-	e, err := inspect(node, name, v, c)
+	e, err := inspect(node.f, name, v, c, steps)
 	if err != nil {
 		return err
 	}
@@ -604,7 +608,7 @@ func removeFailedTarget(node *os.File, name string, v node.Version, c Cluster, d
 	if e.st != stateLeftover {
 		return fmt.Errorf("%s is no longer our unfinished directory (%s); left in place", name, e.why)
 	}
-	if err := checkVersionNotMount(node, e.dir); err != nil {
+	if err := checkVersionNotMount(node.f, e.dir); err != nil {
 		return err
 	}
 	var got, want, ip unix.Stat_t
@@ -651,7 +655,7 @@ func removeFailedTarget(node *os.File, name string, v node.Version, c Cluster, d
 	if err := unlinkAt(e.dir, PreparingName); err != nil {
 		return err
 	}
-	return rmdirAt(node, name, e.dir)
+	return rmdirAt(node.f, name, e.dir)
 }
 
 // logSeconds is d as a number of seconds to the millisecond, for log fields

@@ -7,7 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -100,16 +100,17 @@ func testPublishDuringRemoval(t *testing.T, afterClaim bool) {
 	// started removing it: step 3), and is killed.
 	var prog atomic.Int64
 	published := make(chan error, 1)
-	publish := func() { published <- unix.Linkat(int(d2.Fd()), markerAsideName, int(d2.Fd()), MarkerName, 0) }
+	var once sync.Once
+	publish := func() {
+		once.Do(func() { published <- unix.Linkat(int(d2.Fd()), markerAsideName, int(d2.Fd()), MarkerName, 0) })
+	}
 	if afterClaim {
 		setHook(t, &testHookAfterClaim, func(string) { publish() })
 	} else {
-		go func() {
-			for prog.Load() == 0 {
-				runtime.Gosched()
-			}
-			publish()
-		}()
+		// Once B's removal listed v2 (renamed out of the versions, its
+		// name aside removed). Progress is no signal for it: judging
+		// the versions counts too (r24g).
+		setHook(t, &testHookGarbageListed, func(string) { publish() })
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -127,7 +128,7 @@ func testPublishDuringRemoval(t *testing.T, afterClaim bool) {
 	default:
 		t.Fatalf("A's publishMarker: %v", err)
 	}
-	testHookFile, testHookAfterClaim = nil, nil
+	testHookFile, testHookAfterClaim, testHookGarbageListed = nil, nil, nil
 	t.Logf("B: %v", errB)
 	if _, err := os.Lstat(v2); !errors.Is(err, fs.ErrNotExist) {
 		left, _ := os.ReadDir(v2)

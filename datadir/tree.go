@@ -45,7 +45,7 @@ type tree struct {
 	srcDir, dstDir *os.File
 	// nodeDir is node-N open, dstID the target's identity: the walk checks
 	// that the name dst there still leads to dstDir (inPlace).
-	nodeDir *os.File
+	nodeDir *nodeDir
 	dstID   dirID
 	topStat unix.Stat_t // srcDir's, for the target's owner and times
 	dstStat unix.Stat_t // dstDir's as the walk starts: the owner of what it makes
@@ -347,16 +347,25 @@ func (t *tree) inPlace() error {
 var errTargetMoved = errors.New("moved or replaced while it was being prepared")
 
 // targetAt checks that name in node (fstatat, no symlink followed) is the
-// directory id: ErrValidation (errTargetMoved) if not. See docs/datadir.md,
-// "What a tenant who renames our directories can cause".
-func targetAt(node *os.File, name string, id dirID) error {
+// directory id, and that node-N's name in the data root still leads to
+// node (a second fstatat: the descriptor follows node-N when it is moved,
+// out of the data root perhaps): ErrValidation (errTargetMoved) if not.
+// See docs/datadir.md, "What a tenant who renames our directories can
+// cause".
+func targetAt(node *nodeDir, name string, id dirID) error {
 	var st unix.Stat_t
-	err := fstatat(int(node.Fd()), name, &st)
+	err := fstatat(int(node.f.Fd()), name, &st)
 	switch {
-	case err == nil && (dirID{uint64(st.Dev), uint64(st.Ino)}) == id:
-		return nil
 	case err != nil && !errors.Is(err, fs.ErrNotExist):
 		return err
+	case err != nil || (dirID{uint64(st.Dev), uint64(st.Ino)}) != id:
+		return fmt.Errorf("%w: %s: %w", ErrValidation, path.Join(node.f.Name(), name), errTargetMoved)
 	}
-	return fmt.Errorf("%w: %s: %w", ErrValidation, path.Join(node.Name(), name), errTargetMoved)
+	switch moved, err := node.moved(); {
+	case err != nil:
+		return err
+	case moved:
+		return fmt.Errorf("%w: %s (holding %s): %w", ErrValidation, node.f.Name(), name, errTargetMoved)
+	}
+	return nil
 }
