@@ -1,0 +1,182 @@
+package main_test
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nodeid/nodeid/internal/s3test"
+	"github.com/nodeid/nodeid/nodeid"
+)
+
+// ownGroupChainC is review r26h's fork-and-exit chain daemon, but instead
+// of a new session (setsid, whose group the r26h fix kills by a zombie's
+// pgid) it joins the supervisor's own process group: setpgid(0, G), G =
+// nodeid-init's pgid (argv[3]). That is allowed (same session), and it is
+// the one group descendantGroups leaves out (c.pgid != own), so neither
+// kill(-CMD's group) nor kill(-descendant group) reaches it; it is caught
+// only if a /proc scan lists one of its generations alive and the kill by
+// pid lands before it forked again. It forks fast while argv[4] exists,
+// every 20 ms otherwise, and exits once argv[5] exists (the test's
+// cleanup: kill(-G) would hit the test binary's own group).
+const ownGroupChainC = `#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+#include <time.h>
+#include <fcntl.h>
+int main(int argc,char**argv){
+  /* argv: log pgidfile supervisor_pgid fast_file quit_file */
+  if(fork()) _exit(0);
+  if(setpgid(0, atoi(argv[3]))!=0){ perror("setpgid"); _exit(1); }
+  FILE*p=fopen(argv[2],"w"); fprintf(p,"%d\n",getpgrp()); fclose(p);
+  long n=0;
+  for(;;){
+    if(access(argv[5],F_OK)==0) _exit(0);
+    int fast = access(argv[4],F_OK)==0;
+    if(!fast) usleep(20000);
+    pid_t c=fork();
+    if(c>0) _exit(0);
+    if(c<0) { usleep(1000); continue; }
+    n++;
+    if(!fast||n%200==0){int fd=open(argv[1],O_WRONLY|O_APPEND|O_CREAT,0644); if(fd>=0){dprintf(fd,"gen %ld pgid %d\n",n,getpgrp()); close(fd);}}
+  }
+}
+`
+
+func buildOwnGroupChain(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	src, bin := filepath.Join(dir, "chain.c"), filepath.Join(dir, "chain")
+	if err := os.WriteFile(src, []byte(ownGroupChainC), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("gcc", "-O2", "-o", bin, src).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// quitChain makes the chain exit by itself (it checks the file at every
+// generation) and waits until its log stops growing.
+func quitChain(t *testing.T, quit, log string) {
+	_ = os.WriteFile(quit, nil, 0o644)
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) && grows(log, 100*time.Millisecond) {
+	}
+}
+
+// The command's sh reads nodeid-init's pgid (field 5 of /proc/$PPID/stat:
+// its comm has no space) and hands it to the chain.
+const ownGroupScriptHead = `echo "$NODE_ID $NODE_VERSION $NODE_PREVIOUS_GRACEFUL" > "$REPORT"
+G=$(cut -d' ' -f5 /proc/$PPID/stat)
+"$CHAIN" "$NODE_DATA_DIR/chain.log" "$CHAIN_PGID" "$G" "$FAST" "$QUIT" </dev/null >/dev/null 2>&1
+`
+
+// Review r26i (invariant 4; "a child that forks and changes its process
+// group"): the r26h fix kills the process group of every descendant, zombies
+// included, but never nodeid-init's own group (descendantGroups: c.pgid !=
+// own). A daemon that joins that group with one setpgid (not a new session
+// at each generation, the limit docs/cli.md states) and runs as a
+// fork-and-exit chain is as invisible to the scans as r26h's chain was
+// before the fix.
+//
+// Schedule (L = 2 s, R = 500 ms; nodeid-init not PID 1): holder = run -- sh:
+// reports, starts the chain (setpgid into nodeid-init's group, slow),
+// sleeps; the test makes the chain fast (a trigger file) and overwrites node
+// 0's lease object with another task's (taskId abc, an hour long); the next
+// renewal gets 412: OnFence (killTree, awaitTreeDead), stop sequence, exit
+// 3; the chain still appends to node-0/v1 under abc's lease.
+// Expected: nothing of the command alive once the loss is handled.
+func TestReviewR26iOwnGroupForkChainSurvivesTheFenceOnALoss(t *testing.T) {
+	chain := buildOwnGroupChain(t)
+	for round := 1; round <= 12; round++ {
+		if ownGroupLossRound(t, chain, round) {
+			return
+		}
+	}
+}
+
+func ownGroupLossRound(t *testing.T, chain string, round int) bool {
+	c := newCluster(t, s3test.NewFake(t), 1)
+	pgFile, fast, quit := filepath.Join(c.dir, "chain.pgid"), filepath.Join(c.dir, "fast"), filepath.Join(c.dir, "quit")
+	v1log := filepath.Join(c.root, "node-0", "v1", "chain.log")
+	defer quitChain(t, quit, v1log)
+	defer os.Remove(fast)
+	script := ownGroupScriptHead + "exec sleep 300"
+	holder := c.start("holder", []string{"CHAIN_PGID=" + pgFile, "CHAIN=" + chain, "FAST=" + fast, "QUIT=" + quit}, "run", "--", "sh", "-c", script)
+	id, v, _ := holder.identity(t, 20*time.Second)
+	waitFor(t, 5*time.Second, "the chain to write "+v1log, func() bool { return grows(v1log, 200*time.Millisecond) })
+	if err := os.WriteFile(fast, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	body := fmt.Sprintf(`{"taskId":"abc","timestamp":%d,"nodeInstance":{"id":%d,"version":%d},"knownVersionMappings":{"mappingsByNodeId":{}}}`,
+		time.Now().Add(time.Hour).UnixMilli(), id, v)
+	putObject(t, c.srv, "e2e/"+nodeid.LeaseKey("", id), body, map[string]string{"taskid": "abc", "version": fmt.Sprint(v), "acquirable": "true"})
+	code := holder.wait(t, 15*time.Second)
+	_ = os.Remove(fast)
+	out := holder.out.String()
+	pg, _ := os.ReadFile(pgFile)
+	t.Logf("round %d: holder exited %d; chain pgid %s; %s", round, code, strings.TrimSpace(string(pg)), lineWith(out, "processes of the command"))
+	if !grows(v1log, 300*time.Millisecond) {
+		return false // the fence caught the chain
+	}
+	t.Errorf("node 0 is another task's (taskId abc) and nodeid-init exited %d (%q), yet the command's fork-and-exit daemon in nodeid-init's own process group still appends to %s",
+		code, lineWith(out, "command killed"), v1log)
+	return true
+}
+
+// Review r26i (invariants 3 and 4): the same chain through the stop
+// sequence. CMD exits 0; killLeftovers' two empty looks report "processes
+// of the command gone", syncfs runs and the lease is released while the
+// chain still appends to node-0/v1; the successor (previous_graceful)
+// hard-links v1 into v2 and the stale writes land in its files.
+func TestReviewR26iOwnGroupForkChainSurvivesTheStopAndTheLeaseIsReleased(t *testing.T) {
+	chain := buildOwnGroupChain(t)
+	for round := 1; round <= 12; round++ {
+		if ownGroupStopRound(t, chain, round) {
+			return
+		}
+	}
+}
+
+func ownGroupStopRound(t *testing.T, chain string, round int) bool {
+	c := newCluster(t, s3test.NewFake(t), 1)
+	pgFile, fast, quit := filepath.Join(c.dir, "chain.pgid"), filepath.Join(c.dir, "fast"), filepath.Join(c.dir, "quit")
+	v1log := filepath.Join(c.root, "node-0", "v1", "chain.log")
+	v2log := filepath.Join(c.root, "node-0", "v2", "chain.log")
+	defer quitChain(t, quit, v2log)
+	defer quitChain(t, quit, v1log)
+	defer os.Remove(fast)
+	script := ownGroupScriptHead + `sleep 1
+: > "$FAST"
+sleep 0.1
+exit 0`
+	holder := c.start("holder", []string{"CHAIN_PGID=" + pgFile, "CHAIN=" + chain, "FAST=" + fast, "QUIT=" + quit}, "run", "--", "sh", "-c", script)
+	if _, v, _ := holder.identity(t, 20*time.Second); v != 1 {
+		t.Fatalf("holder got v%d, want v1", v)
+	}
+	waitFor(t, 5*time.Second, "the chain to write "+v1log, func() bool { return grows(v1log, 200*time.Millisecond) })
+	code := holder.wait(t, 20*time.Second)
+	_ = os.Remove(fast)
+	out := holder.out.String()
+	t.Logf("round %d: holder exited %d; %s", round, code, lineWith(out, "processes of the command"))
+	if !grows(v1log, 300*time.Millisecond) {
+		return false // caught by the scan: the release was safe
+	}
+	if !strings.Contains(out, "lease released") {
+		t.Errorf("the chain still writes after the holder exited %d (no release):\n%s", code, out)
+		return true
+	}
+	t.Errorf("the lease was released (exit %d) while the command's fork-and-exit daemon in nodeid-init's own group still appends to %s", code, v1log)
+	succ := c.runTask("succ")
+	_, v, graceful := succ.identity(t, 20*time.Second)
+	if v == 2 && grows(v2log, 300*time.Millisecond) {
+		t.Errorf("the successor holds node 0 at v2 (previous_graceful=%v) and its %s still grows: writes of the released v1's command", graceful, v2log)
+	}
+	return true
+}
