@@ -180,3 +180,53 @@ exit 0`
 	}
 	return true
 }
+
+// Review r26i (invariant 5: "no write outside the data root"; docs/cli.md:
+// under the data root "no symlink there is followed"): `acquire` checks its
+// --lease-file under the data root (reached without a symlink, no node-N),
+// but `renew`, the sidecar that keeps that very file current (docs: "give
+// renew the same path"), takes no --data-root (NODEID_DATA_ROOT is not one
+// of its settings): it resolves the lease file's directory by its path,
+// symlinks followed, as the operator's own, and holds it.
+//
+// Schedule: acquire --data-root D --lease-file D/leases/lease.json: exit 0,
+// D/leases/lease.json written. A tenant of D (another task's broker on the
+// shared volume) renames D/leases away and puts a symlink D/leases -> O (any
+// directory outside D, or another node's live node-M/vK). renew (same env)
+// adopts and writes lease.json and its temporary files in O at every
+// renewal. Expected: the symlink under the data root refused (exit 2, as
+// acquire and run do), nothing written in O.
+func TestReviewR26iRenewFollowsASymlinkPlantedUnderTheDataRootForItsLeaseFile(t *testing.T) {
+	c := newCluster(t, s3test.NewFake(t), 1)
+	leases := filepath.Join(c.root, "leases")
+	if err := os.Mkdir(leases, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	outside := t.TempDir()
+	env := []string{"NODEID_ENV_FILE=" + filepath.Join(t.TempDir(), "node.env"), "NODEID_LEASE_FILE=" + filepath.Join(leases, "lease.json")}
+	if code := c.start("task-a", env, "acquire").wait(t, 20*time.Second); code != 0 {
+		t.Fatalf("acquire exited %d", code)
+	}
+	if _, err := os.Stat(filepath.Join(leases, "lease.json")); err != nil {
+		t.Fatalf("acquire wrote no lease file under the data root: %v", err)
+	}
+	// The tenant's swap, between acquire and renew.
+	if err := os.Rename(leases, leases+".old"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, leases); err != nil {
+		t.Fatal(err)
+	}
+	tk := c.start("task-a", env, "renew")
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(tk.out.String(), "renewing adopted lease") && tk.running() && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(1200 * time.Millisecond) // two renewals
+	if b, err := os.ReadFile(filepath.Join(outside, "lease.json")); err == nil {
+		t.Errorf("renew wrote its lease file outside the data root %s, through the symlink %s -> %s planted under it (running=%v):\n%s",
+			c.root, leases, outside, tk.running(), b)
+	} else if tk.running() {
+		t.Errorf("renew runs but wrote no lease file in %s (%v):\n%s", outside, err, tk.out.String())
+	}
+}
