@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -229,4 +230,104 @@ func TestReviewR26iRenewFollowsASymlinkPlantedUnderTheDataRootForItsLeaseFile(t 
 	} else if tk.running() {
 		t.Errorf("renew runs but wrote no lease file in %s (%v):\n%s", outside, err, tk.out.String())
 	}
+}
+
+// rootHelperC becomes root for good (setuid(0) in a setuid-root binary: real,
+// effective and saved uid 0, as su, sudo or a privileged helper leave it),
+// writes its pid to argv[2], then appends to argv[1] every 20 ms.
+const rootHelperC = `#include <stdio.h>
+#include <unistd.h>
+#include <fcntl.h>
+int main(int argc,char**argv){
+  if(setuid(0)!=0){ perror("setuid"); return 1; }
+  FILE*p=fopen(argv[2],"w"); fprintf(p,"%d\n",getpid()); fclose(p);
+  for(long n=0;;n++){ int fd=open(argv[1],O_WRONLY|O_APPEND|O_CREAT,0644); if(fd>=0){dprintf(fd,"root %ld\n",n); close(fd);} usleep(20000); }
+}
+`
+
+// Review r26i (invariant 4; docs/design.md: only "a process stuck in the
+// kernel on a hung NFS server" survives the kill): nodeid-init running as an
+// unprivileged user (USER in the image) cannot SIGKILL a process of the
+// command that became another user. kill(-pgid) and kill(pid) get EPERM and
+// are ignored; the fence waits its 1 s, the stop sequence its 5 s, logs the
+// survivor and exits 3, and the helper keeps writing node-0/v1 under the
+// other task's lease. Nothing at start-up refuses or warns about it.
+//
+// Schedule (L = 2 s, R = 500 ms): setpriv --reuid 65534 nodeid-init run --
+// sh: reports, starts the setuid-root helper (it setuid(0)s and appends to
+// $NODE_DATA_DIR/root.log), sleeps; the test overwrites node 0's object with
+// task abc's; the renewal gets 412: fence, stop sequence, exit 3; root.log
+// still grows. Expected: no process of the command alive once the loss is
+// handled (or a refusal to run a command nodeid-init cannot stop).
+func TestReviewR26iUnprivilegedSupervisorCannotKillASetuidHelperOnALoss(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Fatal("needs root to build a setuid-root helper and drop to uid 65534 (CI runs as root)")
+	}
+	bin := t.TempDir()
+	if err := os.Chmod(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	src, helper := filepath.Join(bin, "h.c"), filepath.Join(bin, "roothelper")
+	if err := os.WriteFile(src, []byte(rootHelperC), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("gcc", "-O2", "-o", helper, src).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	if err := os.Chmod(helper, os.ModeSetuid|0o755); err != nil {
+		t.Fatal(err)
+	}
+	prog := filepath.Join(bin, "nodeid-init")
+	if out, err := exec.Command("cp", binary, prog).CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v\n%s", err, out)
+	}
+	c := newCluster(t, s3test.NewFake(t), 1)
+	tmp := t.TempDir()
+	for _, d := range []string{c.root, c.dir, tmp} {
+		_ = os.Chmod(filepath.Dir(d), 0o755)
+		if err := os.Chmod(d, 0o777); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pidFile := filepath.Join(c.dir, "helper.pid")
+	defer func() {
+		if b, err := os.ReadFile(pidFile); err == nil {
+			var pid int
+			if _, err := fmt.Sscan(string(b), &pid); err == nil && pid > 1 {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	}()
+	script := `echo "$NODE_ID $NODE_VERSION $NODE_PREVIOUS_GRACEFUL" > "$REPORT"
+grep -E "NoNewPrivs|Uid" /proc/self/status > "$HELPER_PID.st"; ls -l "$HELPER" >> "$HELPER_PID.st"
+"$HELPER" "$NODE_DATA_DIR/root.log" "$HELPER_PID" </dev/null >/dev/null 2>"$HELPER_PID.err" &
+exec sleep 300`
+	holder := c.startProgram("holder", []string{"HELPER=" + helper, "HELPER_PID=" + pidFile, "TMPDIR=" + tmp, "HOME=" + tmp},
+		"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", prog, "run", "--", "sh", "-c", script)
+	id, v, _ := holder.identity(t, 20*time.Second)
+	v1log := filepath.Join(c.root, "node-0", "v1", "root.log")
+	if !waitUntil(5*time.Second, func() bool { return grows(v1log, 200*time.Millisecond) }) {
+		errb, _ := os.ReadFile(pidFile + ".err")
+		st, _ := os.ReadFile(pidFile + ".st")
+		errb = append(errb, st...)
+		t.Fatalf("the helper did not write %s: %s", v1log, errb)
+	}
+	body := fmt.Sprintf(`{"taskId":"abc","timestamp":%d,"nodeInstance":{"id":%d,"version":%d},"knownVersionMappings":{"mappingsByNodeId":{}}}`,
+		time.Now().Add(time.Hour).UnixMilli(), id, v)
+	putObject(t, c.srv, "e2e/"+nodeid.LeaseKey("", id), body, map[string]string{"taskid": "abc", "version": fmt.Sprint(v), "acquirable": "true"})
+	code := holder.wait(t, 20*time.Second)
+	out := holder.out.String()
+	if grows(v1log, 300*time.Millisecond) {
+		t.Errorf("node 0 is another task's (taskId abc) and nodeid-init exited %d (%q; %q), yet the command's helper (now root) still appends to %s",
+			code, lineWith(out, "command killed"), lineWith(out, "still alive"), v1log)
+	}
+}
+
+func waitUntil(d time.Duration, cond func() bool) bool {
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if cond() {
+			return true
+		}
+	}
+	return false
 }
