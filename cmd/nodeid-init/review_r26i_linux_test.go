@@ -132,16 +132,6 @@ func ownGroupLossRound(t *testing.T, chain string, round int) {
 	}
 }
 
-// assertRefused checks that the file a test's helper wrote holds want: the
-// kernel's refusal of the helper's attack step.
-func assertRefused(t *testing.T, file, want, what string) {
-	t.Helper()
-	b, err := os.ReadFile(file)
-	if got := strings.TrimSpace(string(b)); err != nil || got != want {
-		t.Errorf("%s was not refused by the kernel: %s holds %q (%v), want %q", what, file, got, err, want)
-	}
-}
-
 // Review r26i (invariants 3 and 4): the same chain through the stop
 // sequence. Before the fix CMD exited 0, killLeftovers' two empty looks
 // reported "processes of the command gone" and the lease was released while
