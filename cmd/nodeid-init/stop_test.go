@@ -247,7 +247,7 @@ func TestStopReachesALeaderThatLeftItsGroup(t *testing.T) {
 				"run", "--", "perl", "-e", leaderLeavesGroup)
 			tk.identity(t, 20*time.Second)
 			leader, grp := helperPID(t, c, "leader"), helperPID(t, c, "grp")
-	assertRefused(t, filepath.Join(c.dir, "setpgrp.err"), "EPERM", "the leader's move into its child's group")
+			assertRefused(t, filepath.Join(c.dir, "setpgrp.err"), "EPERM", "the leader's move into its child's group")
 			if err := tk.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 				t.Fatal(err)
 			}
