@@ -198,7 +198,7 @@ if ($c == 0) {
 	while (1) { open(F, ">>", "$ENV{NODE_DATA_DIR}/grp.log"); print F "x\n"; close F; select(undef, undef, undef, 0.02); }
 }
 select(undef, undef, undef, 0.3);
-if (!setpgrp(0, $c)) { open(E, ">", "$ENV{DIR}/setpgrp.err"); print E ($!{EPERM} ? "EPERM" : "$!"), "\n"; close E; }
+if (!setpgrp(0, $c)) { my $e = $!{EPERM} ? "EPERM" : "$!"; open(E, ">", "$ENV{DIR}/setpgrp.err"); print E "$e\n"; close E; }
 open(P, ">", "$ENV{DIR}/leader.pid"); print P "$$\n"; close P;
 open(R, ">", $ENV{REPORT}); print R "$ENV{NODE_ID} $ENV{NODE_VERSION} $ENV{NODE_PREVIOUS_GRACEFUL}\n"; close R;
 while (1) { open(F, ">>", "$ENV{NODE_DATA_DIR}/leader.log"); print F "x\n"; close F; select(undef, undef, undef, 0.02); }
