@@ -32,7 +32,9 @@ import (
 // deadline ("lease lost"): kill(-pid) hits an empty group; a successor
 // takes node 0 at v2; the stale leader still appends to node-0/v1.
 // The fix: the fence also SIGKILLs the leader's pid (it is not reaped
-// before fence.stopped), whatever /proc says.
+// before fence.stopped), whatever /proc says; and since review r26i the
+// leader, a session leader, cannot leave its group at all: the test asserts
+// the kernel refuses the move (EPERM) and that nothing writes after the loss.
 func TestReviewR26fLossWithForeignProcLeavesALeaderThatLeftItsGroupWriting(t *testing.T) {
 	if out, err := exec.Command("unshare", "--pid", "--fork", "true").CombinedOutput(); err != nil {
 		if os.Getenv("CI") == "true" {
@@ -51,6 +53,7 @@ func TestReviewR26fLossWithForeignProcLeavesALeaderThatLeftItsGroupWriting(t *te
 	if !strings.Contains(tk.out.String(), "another PID namespace") {
 		t.Fatalf("no foreign-/proc warning: the setup is not the one this test is about:\n%s", tk.out.String())
 	}
+	assertRefused(t, filepath.Join(c.dir, "setpgrp.err"), "EPERM", "the leader's move into its child's group")
 	leaderLog := filepath.Join(c.root, "node-0", "v1", "leader.log")
 	if !grows(leaderLog, 300*time.Millisecond) {
 		t.Fatalf("the leader does not write %s", leaderLog)
@@ -66,7 +69,7 @@ func TestReviewR26fLossWithForeignProcLeavesALeaderThatLeftItsGroupWriting(t *te
 		return strings.Contains(succ.out.String(), `msg="acquired node id"`) && strings.Contains(succ.out.String(), "version=2")
 	})
 	if grows(leaderLog, 500*time.Millisecond) {
-		t.Errorf("the stale holder's command (its leader, moved to another process group) still writes %s after the loss, while the successor holds node 0 at v2 (holder running: %v)",
+		t.Errorf("the stale holder's command (its leader) still writes %s after the loss, while the successor holds node 0 at v2 (holder running: %v)",
 			leaderLog, tk.running())
 	}
 	// Its copy of v1 may fail: the stale writers change v1 under the copy.

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/nodeid/nodeid/nodeid"
 )
 
@@ -259,7 +261,11 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	child.Args[0] = rest[0]
 	child.Env = append(append(inheritedEnv(dataDir), sess.nodeEnv(inst, dataDir)...), "NODE_PEERS="+nodePeersEnv(peers), "NODE_PEERS_FILE="+s.peersFile)
 	child.Stdin, child.Stdout, child.Stderr = os.Stdin, stdout, stderr
-	child.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	// A session of its own, not just a group (review r26i): groups are
+	// joined only within a session, so nothing the command starts can hide
+	// in nodeid-init's group, and the command itself, a session leader,
+	// cannot move to another group. pgid = sid = pid.
+	child.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
 
 	// A loss kills everything the command started at once: its data must
 	// not be touched once the ID may be someone else's. The group alone is
@@ -280,7 +286,10 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		inst := p.Instance()
 		return &nodeid.LostError{Instance: inst, Reason: "self-fence deadline passed before the command started"}
 	}
-	err = child.Start()
+	err = noNewPrivs()
+	if err == nil {
+		err = child.Start()
+	}
 	if err == nil {
 		sess.fence.started(child.Process) // first: a loss from now on kills it
 	}
@@ -453,4 +462,18 @@ func isClosed(ch chan struct{}) bool {
 // named *_seconds (1.519, not 1.5190000000000001).
 func logSeconds(d time.Duration) float64 {
 	return float64(d.Round(time.Millisecond).Milliseconds()) / 1000
+}
+
+// noNewPrivs sets no_new_privs on this (locked) thread, which the command
+// inherits when it is forked from it, unless nodeid-init is root: an
+// unprivileged nodeid-init cannot SIGKILL a process that a setuid binary or
+// file capabilities raised above it (review r26i), so none may be raised.
+func noNewPrivs() error {
+	if os.Geteuid() == 0 {
+		return nil
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("set no_new_privs: %w", err)
+	}
+	return nil
 }

@@ -184,10 +184,11 @@ func TestOrphansAreReapedWhileTheCommandRuns(t *testing.T) {
 }
 
 // leaderLeavesGroup is a command (perl) whose leader forks a child into a
-// group of its own, then moves itself into that group (setpgid is allowed
-// for a process that is not a session leader): nothing is left in the group
-// run created. Both append to logs in the data directory. With IGNORE_TERM
-// set they ignore SIGTERM.
+// group of its own, then tries to move itself into that group. Since run
+// starts CMD in a session of its own, the leader is a session leader and
+// the kernel refuses (EPERM, written to $DIR/setpgrp.err); before, it left
+// nothing in the group run created. Both append to logs in the data
+// directory. With IGNORE_TERM set they ignore SIGTERM.
 const leaderLeavesGroup = `
 $SIG{TERM} = 'IGNORE' if $ENV{IGNORE_TERM};
 my $c = fork();
@@ -197,7 +198,7 @@ if ($c == 0) {
 	while (1) { open(F, ">>", "$ENV{NODE_DATA_DIR}/grp.log"); print F "x\n"; close F; select(undef, undef, undef, 0.02); }
 }
 select(undef, undef, undef, 0.3);
-setpgrp(0, $c) or die "setpgrp: $!";
+if (!setpgrp(0, $c)) { my $e = $!{EPERM} ? "EPERM" : "$!"; open(E, ">", "$ENV{DIR}/setpgrp.err"); print E "$e\n"; close E; }
 open(P, ">", "$ENV{DIR}/leader.pid"); print P "$$\n"; close P;
 open(R, ">", $ENV{REPORT}); print R "$ENV{NODE_ID} $ENV{NODE_VERSION} $ENV{NODE_PREVIOUS_GRACEFUL}\n"; close R;
 while (1) { open(F, ">>", "$ENV{NODE_DATA_DIR}/leader.log"); print F "x\n"; close F; select(undef, undef, undef, 0.02); }
@@ -206,13 +207,14 @@ while (1) { open(F, ">>", "$ENV{NODE_DATA_DIR}/leader.log"); print F "x\n"; clos
 // On a loss run used to SIGKILL the process group -pid and then wait for
 // the leader without a bound. A leader that had moved to another group was
 // not hit, so run never exited and the command kept writing its data
-// directory while a successor held the node. Now the whole tree dies at
-// once and run exits 3.
+// directory while a successor held the node. Now the leader cannot leave
+// (its own session) and the whole tree dies at once; run exits 3.
 func TestLeaseLossKillsALeaderThatLeftItsGroup(t *testing.T) {
 	c := newCluster(t, s3test.NewFake(t), 1)
 	tk := c.start("holder", []string{"DIR=" + c.dir}, "run", "--", "perl", "-e", leaderLeavesGroup)
 	id, v, _ := tk.identity(t, 20*time.Second)
 	leader, grp := helperPID(t, c, "leader"), helperPID(t, c, "grp")
+	assertRefused(t, filepath.Join(c.dir, "setpgrp.err"), "EPERM", "the leader's move into its child's group")
 	body := fmt.Sprintf(`{"taskId":"intruder","timestamp":%d,"nodeInstance":{"id":%d,"version":%d},"knownVersionMappings":{"mappingsByNodeId":{}}}`,
 		time.Now().Add(time.Hour).UnixMilli(), id, v)
 	putObject(t, c.srv, "e2e/"+nodeid.LeaseKey("", id), body, map[string]string{"taskid": "intruder", "version": fmt.Sprint(v), "acquirable": "true"})
@@ -228,6 +230,8 @@ func TestLeaseLossKillsALeaderThatLeftItsGroup(t *testing.T) {
 // A forwarded SIGTERM reaches a leader that left its group, and the SIGKILL
 // after --stop-timeout reaches it even when it ignores SIGTERM: run used to
 // signal only the group, and then waited for the leader forever.
+// Now the leader cannot leave (its own session); the child's group is still
+// reached.
 func TestStopReachesALeaderThatLeftItsGroup(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
@@ -243,6 +247,7 @@ func TestStopReachesALeaderThatLeftItsGroup(t *testing.T) {
 				"run", "--", "perl", "-e", leaderLeavesGroup)
 			tk.identity(t, 20*time.Second)
 			leader, grp := helperPID(t, c, "leader"), helperPID(t, c, "grp")
+			assertRefused(t, filepath.Join(c.dir, "setpgrp.err"), "EPERM", "the leader's move into its child's group")
 			if err := tk.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 				t.Fatal(err)
 			}
@@ -254,6 +259,16 @@ func TestStopReachesALeaderThatLeftItsGroup(t *testing.T) {
 			assertOrder(t, tk.out.String())
 			assertStill(t, filepath.Join(c.root, "node-0", "v1", "grp.log"))
 		})
+	}
+}
+
+// assertRefused checks that the file a test's helper wrote holds want: the
+// kernel's refusal of the helper's attack step.
+func assertRefused(t *testing.T, file, want, what string) {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if got := strings.TrimSpace(string(b)); err != nil || got != want {
+		t.Errorf("%s was not refused by the kernel: %s holds %q (%v), want %q", what, file, got, err, want)
 	}
 }
 
