@@ -122,7 +122,7 @@ func TestReviewR24gGarbageSubdirRmdirAfterMoveDeletesOutsideDirectory(t *testing
 	nodeDir := filepath.Dir(Dir(root, inst(0, 1)))
 	moved := filepath.Join(outside, "moved")
 	theirs := filepath.Join(moved, "a")
-	var hooked bool
+	var hooked atomic.Bool // set in the FUSE server's goroutine
 	raw.mu.Lock()
 	raw.hook["trigger"] = func() {
 		ents, err := os.ReadDir(nodeDir)
@@ -152,12 +152,12 @@ func TestReviewR24gGarbageSubdirRmdirAfterMoveDeletesOutsideDirectory(t *testing
 			t.Error(err)
 			return
 		}
-		hooked = true
+		hooked.Store(true)
 	}
 	raw.mu.Unlock()
 	_, err := Collect(context.Background(), root, inst(0, 2), Options{Keep: 1, Logger: quiet, Workers: 1})
 	t.Logf("Collect: %v", err)
-	if !hooked {
+	if !hooked.Load() {
 		t.Fatal("setup: the hook did not run (trigger not unlinked by Collect)")
 	}
 	if _, serr := os.Stat(theirs); serr != nil {
