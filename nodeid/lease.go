@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"strconv"
 	"strings"
 	"time"
@@ -113,8 +112,7 @@ func (l Lease) Placeholder() bool {
 func (l Lease) Foreign() bool { return l.Held() && l.Nonce == "" && l.Duration == 0 }
 
 // releasedSizeQuantum: the body of a released or never-held lease is padded
-// with spaces to a multiple of this size, and a held body never is (it is
-// padded to heldSizeTag). A listing
+// with spaces to a multiple of this size, and a held body never is. A listing
 // shows sizes but not contents, so a waiting task reads (GET) only the slots
 // whose size says "maybe released" or that look expired; the GET decides, the
 // size is only a hint. JSON parsers ignore the padding.
@@ -195,40 +193,10 @@ func (l Lease) Encode() ([]byte, map[string]string) {
 		panic(fmt.Sprintf("nodeid: encode lease: %v", err))
 	}
 	body = appendNonce(body, l.Nonce)
-	pad := (heldSizeTag(l) - len(body)%heldSizeTagQuantum + heldSizeTagQuantum) % heldSizeTagQuantum
-	return append(body, bytes.Repeat([]byte{' '}, pad)...), meta
-}
-
-// heldSizeTagQuantum: a held body is padded with spaces so that its size
-// modulo this leaves heldSizeTag's remainder. It is a multiple of
-// releasedSizeQuantum, so that the remainders that say "released" stay free.
-const heldSizeTagQuantum = 8 * releasedSizeQuantum
-
-// heldSizeTag is the remainder modulo heldSizeTagQuantum, never a multiple
-// of releasedSizeQuantum, that a held body's size leaves: a hash of what
-// stays the same across one holder's renewals and what its tenure object's
-// key says (ID, version, holder, address, lease duration), and of a writer
-// other than the holder and acquirable=false. A listing shows sizes, so a
-// reader that knows a tenure sees without a GET that a slot's object is not
-// (or no longer) that holder's: a take by another task, a scale-down's mark,
-// a Camunda broker's or a corrupt body leave another remainder but for a 1
-// in 4,088 chance (docs/design.md, "Learning peers at scale"). A hint, like
-// the released size: nothing decides by it.
-func heldSizeTag(l Lease) int {
-	h := fnv.New32a()
-	fmt.Fprintf(h, "%d/%d/%d/%q/%q/%q/%t", l.Instance.ID, l.Instance.Version, l.Duration.Milliseconds(), l.TaskID, l.Address, l.Writer, l.Acquirable)
-	const perBlock = releasedSizeQuantum - 1
-	k := int(h.Sum32() % (heldSizeTagQuantum / releasedSizeQuantum * perBlock))
-	return k/perBlock*releasedSizeQuantum + 1 + k%perBlock
-}
-
-// listedSizeTag is what a listed size says in heldSizeTag's terms: 0 for a
-// size that may be a released or never-held body (sizeSuggestsReleased).
-func listedSizeTag(size int64) int {
-	if sizeSuggestsReleased(size) {
-		return 0
+	if len(body)%releasedSizeQuantum == 0 {
+		body = append(body, ' ')
 	}
-	return int(size % heldSizeTagQuantum)
+	return body, meta
 }
 
 // corruptLeaseError is ErrCorruptLease with what the object's metadata still

@@ -93,54 +93,6 @@ func TestHeldBodyIsNeverSizedLikeAReleasedOne(t *testing.T) {
 	}
 }
 
-// A held body's size modulo 4,096 stays the same across one holder's
-// renewals (new nonce, timestamp, mappings) and changes with what its tenure
-// object's key says, or with a writer over it or a scale-down's mark, so a
-// listing shows that a slot is no longer the holder a tenure object names.
-func TestHeldBodySizeTagsItsHolder(t *testing.T) {
-	const quantum = 4096
-	base := nodeid.Lease{TaskID: "task-a", Instance: nodeid.NodeInstance{ID: 3, Version: 7}, Duration: 15 * time.Second,
-		Address: "10.0.0.3:26502", Nonce: "n0", Acquirable: true, Expires: time.UnixMilli(1_700_000_000_000)}
-	size := func(l nodeid.Lease) int {
-		body, meta := l.Encode()
-		if got, err := nodeid.DecodeLease(l.Instance.ID, body, meta); err != nil || got.TaskID != l.TaskID || got.Nonce != l.Nonce {
-			t.Fatalf("padded body does not read back: %+v, %v", got, err)
-		}
-		return len(body)
-	}
-	tag := size(base) % quantum
-	if tag%512 == 0 {
-		t.Fatalf("held body of %d bytes looks released to a listing", size(base))
-	}
-	for i := range 50 {
-		r := base
-		r.Nonce = fmt.Sprintf("renewal-%d", i)
-		r.Expires = base.Expires.Add(time.Duration(i) * 5 * time.Second)
-		r.KnownVersions = nodeid.VersionMappings{}
-		for id := range i {
-			r.KnownVersions[id] = nodeid.Version(i * 1000)
-		}
-		if got := size(r) % quantum; got != tag {
-			t.Fatalf("renewal %d: size tag %d, want %d as in the holder's first write", i, got, tag)
-		}
-	}
-	others := map[string]func(*nodeid.Lease){
-		"another version":   func(l *nodeid.Lease) { l.Instance.Version++ },
-		"another holder":    func(l *nodeid.Lease) { l.TaskID = "task-b" },
-		"another address":   func(l *nodeid.Lease) { l.Address = "10.0.0.4:26502" },
-		"another duration":  func(l *nodeid.Lease) { l.Duration = 30 * time.Second },
-		"a scale-down mark": func(l *nodeid.Lease) { l.Writer, l.Acquirable = "scaler", false },
-		"a placeholder":     func(l *nodeid.Lease) { l.TaskID = "recreated-by:task-a" },
-	}
-	for what, change := range others {
-		o := base
-		change(&o)
-		if got := size(o) % quantum; got == tag || got%512 == 0 {
-			t.Errorf("%s: size tag %d, want one other than %d and not a released size", what, got, tag)
-		}
-	}
-}
-
 func TestEmptyBodyIsALegacyReleasedLease(t *testing.T) {
 	l, err := nodeid.DecodeLease(4, nil, map[string]string{"taskid": "", "version": "9"})
 	if err != nil || l.Held() || !l.Legacy || l.Instance.Version != 9 || !l.Acquirable {

@@ -131,7 +131,11 @@ func (p *Provider) refreshCached(tr TenureRepository, c *peerCache) {
 		cancel()
 	}
 	if terr == nil {
-		newest = newestOf(tenures)
+		for _, t := range tenures {
+			if n, ok := newest[t.ID]; !ok || t.Version > n.Version {
+				newest[t.ID] = t
+			}
+		}
 		p.collectTenures(tr, c, inst, tenures)
 	}
 	cluster, clusterKnown := p.heldClusterLease()
@@ -178,7 +182,10 @@ func (p *Provider) refreshCached(tr TenureRepository, c *peerCache) {
 			e.etag = s.ETag
 			c.peers[s.ID] = e
 		}
-		if !listingExplains(s, e, have) && budget > 0 {
+		unexplained := !have ||
+			(e.corrupt && e.etag != s.ETag) ||
+			(!e.corrupt && !e.lease.Held() && !sizeSuggestsReleased(s.Size) && e.etag != s.ETag)
+		if unexplained && budget > 0 {
 			reads[s.ID] = true
 			budget--
 		}
@@ -276,31 +283,6 @@ func (p *Provider) refreshCached(tr TenureRepository, c *peerCache) {
 		p.known.Observe(id, v)
 	}
 	p.decideReadiness(inst, peersKnow)
-}
-
-// listingExplains reports whether the listed slot s may still be the object
-// e describes (read by GET, or built from the slot's newest tenure object
-// with no ETag), so that e judged by the listing gives what a GET would: the
-// ETag is the one read, or the object is not corrupt and its size leaves the
-// remainder e's lease would be written with (heldSizeTag; 0 when released).
-// A take by another task, a scale-down's mark, a release, a Camunda
-// broker's or a corrupt body change it, but for a 1 in 4,088 chance. Both the
-// refresh (refreshCached) and ReadPeers decide by it which slots to read.
-func listingExplains(s Slot, e cachedPeer, have bool) bool {
-	if !have {
-		return false
-	}
-	if e.etag != "" && e.etag == s.ETag {
-		return true
-	}
-	if e.corrupt {
-		return false
-	}
-	want := 0
-	if e.lease.Held() {
-		want = heldSizeTag(e.lease)
-	}
-	return listedSizeTag(s.Size) == want
 }
 
 // recordAt is the cached reading judged by a listing's slot: the listing's

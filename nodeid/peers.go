@@ -165,19 +165,10 @@ func peerOf(rec Record, own, cluster time.Duration) Peer {
 	return p
 }
 
-// ReadPeers returns one Peer per node ID 0..size-1 and any other ID found,
-// sorted by ID, as the lease objects say. lease is the reader's lease
-// duration, for judging expiry by the server's clock with the cluster
-// marker's (see HolderDuration).
-//
-// On a TenureRepository it costs one listing (leases and tenure objects), the
-// marker's GET and a GET only of each slot that its newest tenure object does
-// not explain (listingExplains: released, Camunda's, without a tenure object,
-// taken or marked since, corrupt), so a cluster of holders costs it no lease
-// GET (reading every lease made a start storm of N tasks N² GETs); the table
-// is the one reading every lease would give, as of the listing. On any other
-// Repository, or when the tenure objects cannot be listed, it reads every
-// listed lease.
+// ReadPeers reads every lease of the cluster (one LIST and one GET per
+// object) and returns one Peer per node ID 0..size-1 and any other ID found,
+// sorted by ID. lease is the reader's lease duration, for judging expiry by
+// the server's clock with the cluster marker's (see HolderDuration).
 func ReadPeers(ctx context.Context, repo Repository, size int, lease time.Duration) ([]Peer, error) {
 	listing, err := repo.List(ctx)
 	if err != nil {
@@ -187,15 +178,8 @@ func ReadPeers(ctx context.Context, repo Repository, size int, lease time.Durati
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return nil, err
 	}
-	newest := newestTenures(ctx, repo, listing)
 	peers := map[int]Peer{}
 	for _, s := range listing.Slots {
-		if t, ok := newest[s.ID]; ok {
-			if e := (cachedPeer{lease: t.lease(), lm: s.LastModified}); listingExplains(s, e, true) {
-				peers[s.ID] = peerOf(e.recordAt(s, listing.ServerDate), lease, marker.LeaseDuration)
-				continue
-			}
-		}
 		rec, err := repo.Get(ctx, s.ID)
 		switch {
 		case errors.Is(err, ErrNotFound):
@@ -221,45 +205,15 @@ func ReadPeers(ctx context.Context, repo Repository, size int, lease time.Durati
 	return out, nil
 }
 
-// newestTenures returns the newest tenure object of each node ID that
-// listing showed or, if it did not list them, that repo lists; nil when repo
-// keeps none or they cannot be listed (then every lease is read).
-func newestTenures(ctx context.Context, repo Repository, listing Listing) map[int]TenureObject {
-	tr, ok := repo.(TenureRepository)
-	if !ok {
-		return nil
-	}
-	tenures := listing.Tenures
-	if !listing.TenuresListed {
-		var err error
-		if tenures, err = tr.ListTenures(ctx); err != nil {
-			return nil
-		}
-	}
-	return newestOf(tenures)
-}
-
-// newestOf returns the tenure object of the highest version of each node ID.
-func newestOf(tenures []TenureObject) map[int]TenureObject {
-	newest := map[int]TenureObject{}
-	for _, t := range tenures {
-		if n, ok := newest[t.ID]; !ok || t.Version > n.Version {
-			newest[t.ID] = t
-		}
-	}
-	return newest
-}
-
 // Peers returns the cluster as this holder last read it: one Peer per node
 // ID, sorted, its own entry included. It is read every
 // MappingsRefreshInterval (default L, jittered by ±20%; R/2 until the
 // holder is ready) while the lease is held, so after a takeover a peer's new
 // address shows within 1.2 intervals of it landing; before the first read,
 // about one interval after acquiring, it is empty (ReadPeers gives the
-// table at once, at the cost of a listing and a GET of each slot the tenure
-// objects do not explain). The first read is not made at once on purpose:
-// in a start storm every task reading the leases not yet taken would
-// multiply the requests.
+// table at once, at the cost of a LIST and a GET per ID). The first read is
+// not made at once on purpose: in a start storm every task reading every
+// lease would multiply the requests.
 func (p *Provider) Peers() []Peer {
 	p.peersMu.Lock()
 	defer p.peersMu.Unlock()

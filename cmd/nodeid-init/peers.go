@@ -75,8 +75,7 @@ func defaultPeersFile(leaseFile string) string {
 // what we just wrote, so it is filled in from what we know rather than
 // trusted to a read that may have failed for that one object.
 func (sess *session) readPeers(ctx context.Context, inst nodeid.NodeInstance) ([]nodeid.Peer, error) {
-	// One LIST, the marker's GET and a GET of each object the tenure
-	// objects do not explain (at most one per object), each bounded by T.
+	// One LIST and a GET per object, each bounded by T.
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(sess.cfg.ClusterSize+2)*sess.cfg.RequestTimeout)
 	defer cancel()
 	peers, err := nodeid.ReadPeers(ctx, sess.repo, sess.cfg.ClusterSize, sess.cfg.LeaseDuration)

@@ -287,12 +287,6 @@ func (c *countedBucket) CreateTenure(ctx context.Context, t nodeid.TenureObject)
 	return c.memBucket.CreateTenure(ctx, t)
 }
 
-func (c *countedBucket) snapshot() map[string]int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return maps.Clone(c.n)
-}
-
 func (c *countedBucket) total() int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()

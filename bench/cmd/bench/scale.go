@@ -38,25 +38,7 @@ type scaleRep struct {
 	PerNodeL map[string]float64 // requests per node per L by kind
 	Settle   time.Duration      // from the start until every table was complete
 	TableOK  bool               // every table complete and right at the end
-	// ReadPeers is what one ReadPeers of a task about to start its child
-	// (nodeid-init run) sent to the steady cluster, by kind (memory only);
-	// ReadPeersOK that its table showed every node held at its address.
-	ReadPeers   map[string]int
-	ReadPeersOK bool
-	// StormReads is what the N ReadPeers of the start storm sent in all,
-	// each made by its task right after its Acquire (memory only).
-	StormReads map[string]int
 }
-
-// maxStormReaders: above this many nodes the start storm makes no
-// ReadPeers. In a storm a task reads the IDs not yet taken, so N of them
-// send up to N²/2 GETs: at N = 1,000 on this machine's two cores that
-// starves the renewals.
-const maxStormReaders = 100
-
-// peerReader returns a repository that counts one reader's requests, and
-// its counts.
-type peerReader func() (nodeid.Repository, func() map[string]int)
 
 // legacyRepo hides the tenure methods: the provider falls back to reading
 // every peer at each refresh, as before issue 25.
@@ -68,18 +50,10 @@ func scale(ctx context.Context, n int, lease time.Duration, legacy bool, store s
 	var (
 		repo   nodeid.Repository
 		counts func() map[string]int
-		reader peerReader
 	)
 	if store == "memory" {
 		b := newMemBucket()
 		repo, counts = b, b.snapshot
-		reader = func() (nodeid.Repository, func() map[string]int) {
-			c := &countedBucket{memBucket: b, n: map[string]int{}}
-			if legacy {
-				return legacyRepo{c}, c.snapshot
-			}
-			return c, c.snapshot
-		}
 	} else {
 		r, st, stop, err := fakeS3Repo(ctx)
 		if err != nil {
@@ -92,7 +66,7 @@ func scale(ctx context.Context, n int, lease time.Duration, legacy bool, store s
 	if legacy {
 		repo = legacyRepo{repo}
 	}
-	return scaleOn(ctx, repo, counts, reader, n, lease, legacy, store)
+	return scaleOn(ctx, repo, counts, n, lease, legacy, store)
 }
 
 // fakeS3Repo starts gofakes3 in this process and returns a repository on
@@ -126,7 +100,7 @@ func fakeS3Repo(ctx context.Context) (*nodeid.S3Repository, *opStats, func(), er
 	return repo, st, hs.Close, nil
 }
 
-func scaleOn(ctx context.Context, repo nodeid.Repository, counts func() map[string]int, reader peerReader, n int, lease time.Duration, legacy bool, store string) (scaleRep, error) {
+func scaleOn(ctx context.Context, repo nodeid.Repository, counts func() map[string]int, n int, lease time.Duration, legacy bool, store string) (scaleRep, error) {
 	if err := nodeid.Initialize(ctx, repo, n, "bench", lease); err != nil {
 		return scaleRep{}, err
 	}
@@ -134,7 +108,6 @@ func scaleOn(ctx context.Context, repo nodeid.Repository, counts func() map[stri
 	started := time.Now()
 	ps := make([]*nodeid.Provider, n)
 	addrs := map[int]string{}
-	stormReads := map[string]int{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
@@ -160,20 +133,6 @@ func scaleOn(ctx context.Context, repo nodeid.Repository, counts func() map[stri
 			}
 			mu.Lock()
 			addrs[inst.ID] = fmt.Sprintf("10.%d.%d.%d:26502", i/65536, i/256%256, i%256)
-			mu.Unlock()
-			if reader == nil || n > maxStormReaders {
-				return
-			}
-			// As nodeid-init run does before it starts its child.
-			r, counted := reader()
-			if _, err := nodeid.ReadPeers(actx, r, n, lease); err != nil {
-				errs <- fmt.Errorf("task-%d: ReadPeers: %w", i, err)
-				return
-			}
-			mu.Lock()
-			for k, v := range counted() {
-				stormReads[k] += v
-			}
 			mu.Unlock()
 		}()
 	}
@@ -241,28 +200,11 @@ func scaleOn(ctx context.Context, repo nodeid.Repository, counts func() map[stri
 	}
 	after := counts()
 	rep := scaleRep{N: n, Store: store, Legacy: legacy, L: lease, Interval: interval, Window: window, Settle: settle, PerNodeL: map[string]float64{}}
-	if reader != nil && n <= maxStormReaders {
-		rep.StormReads = stormReads
-	}
 	perL := float64(window) / float64(lease)
 	for k, v := range after {
 		rep.PerNodeL[k] = float64(v-before[k]) / float64(n) / perL
 	}
 	rep.TableOK = complete()
-	if reader != nil {
-		// A task starting in the steady cluster reads the peers once before
-		// its child starts (nodeid-init run): a start storm does it N times.
-		r, counted := reader()
-		peers, err := nodeid.ReadPeers(ctx, r, n, lease)
-		if err != nil {
-			return scaleRep{}, fmt.Errorf("ReadPeers: %w", err)
-		}
-		rep.ReadPeers = counted()
-		rep.ReadPeersOK = len(peers) == n
-		for _, peer := range peers {
-			rep.ReadPeersOK = rep.ReadPeersOK && peer.State == nodeid.PeerHeld && peer.Address == addrs[peer.ID]
-		}
-	}
 	select {
 	case err := <-errs:
 		return scaleRep{}, err
@@ -366,33 +308,4 @@ func (r *report) scaleSection(b *strings.Builder) {
 		}
 	}
 	w("\nPrices: PUT and LIST $0.005 per 1,000, GET $0.0004 per 1,000 (us-east-1), %d hours a month.\n\n", hoursMonth)
-	w("A task reads the peer table once before its child starts (`nodeid-init run`, and `nodeid-init peers`:\n")
-	w("`nodeid.ReadPeers`). *One, steady*: one task's ReadPeers of the steady cluster above (a replacement, a rolling\n")
-	w("deploy). *Storm*: the N ReadPeers of the start storm of the run above (N tasks acquiring at once on a\n")
-	w("bootstrapped cluster, each reading right after its Acquire), in all; up to N = %d only, as a storm's ReadPeers\n", maxStormReaders)
-	w("still read the IDs not yet taken (at N = 1,000 here they starve the renewals). Memory, a LIST per page, GET including\n")
-	w("the cluster marker's:\n\n")
-	w("| N | ReadPeers | one, steady: LIST | GET | all | table right | storm: LIST | GET | GET per task |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
-	for _, s := range r.scale {
-		if s.ReadPeers == nil {
-			continue
-		}
-		name := "listings + tenure objects"
-		if s.Legacy {
-			name = "before (a GET per lease)"
-		}
-		all := 0
-		for _, v := range s.ReadPeers {
-			all += v
-		}
-		storm := "— | — | —"
-		if s.StormReads != nil {
-			storm = fmt.Sprintf("%d | %d | %.1f", s.StormReads["LIST"], s.StormReads["GET"], float64(s.StormReads["GET"])/float64(s.N))
-		}
-		w("| %d | %s | %d | %d | %d | %v | %s |\n", s.N, name, s.ReadPeers["LIST"], s.ReadPeers["GET"], all, s.ReadPeersOK, storm)
-		if !s.Legacy && s.N >= 10 {
-			r.verdict(s.ReadPeers["GET"] <= 1 && s.ReadPeersOK, "ReadPeers of a steady cluster of %d reads no lease (%d GETs, the marker's included)", s.N, s.ReadPeers["GET"])
-		}
-	}
-	w("\n")
 }
