@@ -80,7 +80,7 @@ func main() {
 	// error line comes after every command's own signal handling ended.
 	// Notified, not ignored: an ignored disposition would pass to CMD.
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
-	// Job control never stops nodeid-init: CMD runs in a group of its own,
+	// Job control never stops nodeid-init: CMD runs in a session of its own,
 	// so a Ctrl-Z or a background write to a terminal would stop the
 	// renewals and the watchdog while CMD writes on (review r26g).
 	// SIGTSTP and SIGTTIN are notified (CMD gets the default back at

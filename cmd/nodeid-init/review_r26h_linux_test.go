@@ -53,12 +53,15 @@ int main(int argc,char**argv){
 }
 `
 
-// buildChain compiles chainC (gcc is a test tool, make test-tools).
-func buildChain(t *testing.T) string {
+// buildChain compiles chainC.
+func buildChain(t *testing.T) string { return buildC(t, chainC) }
+
+// buildC compiles a C test program (gcc is a test tool, make test-tools).
+func buildC(t *testing.T, code string) string {
 	t.Helper()
 	dir := t.TempDir()
 	src, bin := filepath.Join(dir, "chain.c"), filepath.Join(dir, "chain")
-	if err := os.WriteFile(src, []byte(chainC), 0o644); err != nil {
+	if err := os.WriteFile(src, []byte(code), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if out, err := exec.Command("gcc", "-O2", "-o", bin, src).CombinedOutput(); err != nil {

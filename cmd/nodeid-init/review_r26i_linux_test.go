@@ -50,18 +50,7 @@ int main(int argc,char**argv){
 }
 `
 
-func buildOwnGroupChain(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	src, bin := filepath.Join(dir, "chain.c"), filepath.Join(dir, "chain")
-	if err := os.WriteFile(src, []byte(ownGroupChainC), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("gcc", "-O2", "-o", bin, src).CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, out)
-	}
-	return bin
-}
+func buildOwnGroupChain(t *testing.T) string { return buildC(t, ownGroupChainC) }
 
 // quitChain makes the chain exit by itself (it checks the file at every
 // generation) and waits until its log stops growing.
